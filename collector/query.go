@@ -1,0 +1,182 @@
+package collector
+
+import (
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// This file is the query surface the dashboard (and the operator command
+// line) reads. Every method is safe for concurrent use, answers from memory
+// and never waits on ingestion or on Redis.
+
+// Querier is what the collector answers about the locks it tracks.
+type Querier interface {
+	// Overview returns the headline figures.
+	Overview() Overview
+	// HotKeys returns up to n keys ranked by contentions or by total wait
+	// within the last window (one of Windows).
+	HotKeys(window time.Duration, by Ranking, n int) []HotKey
+	// Locks returns one page of tracked keys matching q.
+	Locks(q LockQuery) LockPage
+	// Lock returns one tracked key's detail; ok is false if it is unknown.
+	Lock(key string) (detail KeyDetail, ok bool)
+	// Stuck returns the locks currently considered stuck, longest held first.
+	Stuck() []LockInfo
+	// Expirations returns the most recent expired-while-held locks, newest first.
+	Expirations(n int) []Expiration
+	// ForcedReleases returns the most recent forced releases, newest first.
+	ForcedReleases(n int) []ForcedRelease
+	// Classes returns the known lock classes, sorted.
+	Classes() []string
+	// Health reports ingestion state: nil when the consumer group is
+	// reading, else why not (Redis unreachable, group missing, ...).
+	Health() error
+}
+
+// Windows are the hot-key windows the collector keeps.
+var Windows = []time.Duration{time.Minute, 5 * time.Minute, time.Hour}
+
+// Ranking orders hot keys.
+type Ranking string
+
+// Rankings.
+const (
+	ByContentions Ranking = "contentions" // acquisitions that waited plus refused tries
+	ByWait        Ranking = "wait"        // total time callers spent waiting
+)
+
+// Overview is the collector's headline state.
+type Overview struct {
+	At               time.Time
+	AcquireRate      float64       // acquisitions per second over the last minute
+	ContentionRatio  float64       // contentions / (acquisitions + refused tries), last minute, 0..1
+	WaitP99          time.Duration // over the last 5 minutes
+	HoldP99          time.Duration // over the last 5 minutes
+	Held             int           // locks held now
+	Waiters          int           // callers waiting now
+	Stuck            int           // locks held past their stuck threshold now
+	Expirations5m    int64         // expired-while-held in the last 5 minutes
+	Forced5m         int64         // forced releases in the last 5 minutes
+	Failures5m       int64         // failed acquisitions in the last 5 minutes
+	EventsTotal      int64         // events applied since start
+	Malformed        int64         // entries that could not be decoded
+	Dropped          int64         // events emitters reported dropped
+	LastEvent        time.Time     // time of the newest applied event (zero if none)
+	TrackedKeys      int           // keys with state in memory
+	AcquireSeries    []float64     // acquisitions per second, oldest first, one point per SeriesStep
+	ContentionSeries []float64     // contentions per second, aligned with AcquireSeries
+	SeriesStep       time.Duration
+}
+
+// HotKey is one entry of a hot-key ranking.
+type HotKey struct {
+	Key          string
+	Class        string
+	Contentions  int64
+	Wait         time.Duration // total wait in the window
+	Acquisitions int64
+	// Error is the space-saving over-estimate bound of the ranked figure:
+	// the true value lies in [value-Error, value].
+	Error int64
+}
+
+// LockInfo is the state of one tracked key.
+type LockInfo struct {
+	Key          string
+	Class        string
+	Held         bool
+	Owner        string // current (or last) holder
+	Lease        string
+	Since        time.Time     // when the current hold began (zero if not held)
+	TTL          time.Duration // last TTL the holder set
+	ExpiresAt    time.Time     // when the current hold expires unless renewed
+	Fence        int64
+	Waiters      int
+	Stuck        bool
+	Degraded     bool
+	Passive      bool // seen through keyspace notifications
+	Acquisitions int64
+	Contentions  int64
+	Failures     int64
+	WaitTotal    time.Duration
+	HoldTotal    time.Duration
+	LastEvent    time.Time
+}
+
+// HeldFor is how long the current hold has lasted at now.
+func (l LockInfo) HeldFor(now time.Time) time.Duration {
+	if !l.Held || l.Since.IsZero() {
+		return 0
+	}
+	return now.Sub(l.Since)
+}
+
+// LockSort names a LockQuery order.
+type LockSort string
+
+// Lock orders.
+const (
+	SortKey         LockSort = "key"
+	SortContentions LockSort = "contentions"
+	SortWait        LockSort = "wait"
+	SortHold        LockSort = "hold" // current hold duration, then total hold
+)
+
+// LockQuery selects a page of tracked keys.
+type LockQuery struct {
+	Search   string   // substring of the key or owner; "" matches all
+	Class    string   // exact class; "" matches all
+	HeldOnly bool     // only keys held now
+	Sort     LockSort // "" means SortContentions
+	Asc      bool     // ascending instead of the default descending (SortKey: ascending by default)
+	Offset   int
+	Limit    int // 0 means 50; capped at 500
+}
+
+// LockPage is one page of a LockQuery.
+type LockPage struct {
+	Locks []LockInfo
+	Total int // matches before paging
+}
+
+// Distribution is a histogram: Counts[i] observations <= Bounds[i], the
+// last count is for observations above the last bound.
+type Distribution struct {
+	Bounds []time.Duration
+	Counts []int64 // len(Bounds)+1
+	Sum    time.Duration
+	Count  int64
+}
+
+// KeyDetail is one key with its distributions and recent events.
+type KeyDetail struct {
+	LockInfo
+	Wait          Distribution
+	Hold          Distribution
+	Recent        []event.Event // newest first, bounded
+	AcquireSeries []float64     // per SeriesStep, oldest first
+	SeriesStep    time.Duration
+}
+
+// Expiration is a lock whose TTL lapsed while held.
+type Expiration struct {
+	Key       string
+	Class     string
+	Owner     string
+	Lease     string
+	At        time.Time
+	Held      time.Duration
+	Confirmed bool // a keyspace notification confirmed it
+}
+
+// ForcedRelease is an operator's forced release.
+type ForcedRelease struct {
+	Key    string
+	Class  string
+	Owner  string // the holder that was released
+	By     string
+	Reason string
+	At     time.Time
+	Held   time.Duration
+}
