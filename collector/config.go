@@ -1,0 +1,67 @@
+package collector
+
+import "time"
+
+// ClassRule maps keys matching Pattern to a lock class. Pattern is a glob
+// over the raw key bytes: '*' matches any run of bytes (including ':' and
+// '/'), '?' matches exactly one byte, every other byte matches itself.
+type ClassRule struct {
+	Pattern string
+	Class   string // "" means the pattern itself
+}
+
+// Config tunes an Aggregator. Every zero value has a documented default.
+type Config struct {
+	// Classes are user rules, tried in order before the default derivation.
+	Classes []ClassRule
+	// MaxClasses caps the number of distinct classes; keys of further
+	// classes count as class "other". 0 means 100.
+	MaxClasses int
+	// StuckAfter is how long a hold may last before it counts as stuck.
+	// 0 means 5m.
+	StuckAfter time.Duration
+	// StuckAfterByClass overrides StuckAfter for the named classes.
+	StuckAfterByClass map[string]time.Duration
+	// ExpiryGrace is how long past its TTL (by the event clock) a hold must be
+	// before it is declared expired without a keyspace notification. 0 means 1s.
+	ExpiryGrace time.Duration
+	// MaxKeys caps the keys with state in memory; the least recently active
+	// keys that are not held are evicted first. 0 means 200_000.
+	MaxKeys int
+	// RecentEvents is the length of each key's ring of recent events.
+	// 0 means 32.
+	RecentEvents int
+	// Now is the clock; nil means time.Now. Tests inject one.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxClasses   = 100
+	DefaultStuckAfter   = 5 * time.Minute
+	DefaultExpiryGrace  = time.Second
+	DefaultMaxKeys      = 200_000
+	DefaultRecentEvents = 32
+)
+
+func (c Config) withDefaults() Config {
+	if c.MaxClasses <= 0 {
+		c.MaxClasses = DefaultMaxClasses
+	}
+	if c.StuckAfter <= 0 {
+		c.StuckAfter = DefaultStuckAfter
+	}
+	if c.ExpiryGrace <= 0 {
+		c.ExpiryGrace = DefaultExpiryGrace
+	}
+	if c.MaxKeys <= 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.RecentEvents <= 0 {
+		c.RecentEvents = DefaultRecentEvents
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
