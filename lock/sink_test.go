@@ -1,0 +1,141 @@
+package lock
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+func TestStreamSinkWritesOnePackedEntry(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	stream := redistest.KeyPrefix(t) + "events"
+	s := NewStreamSink(rdb, stream, 0)
+	want := everyEventType(1_700_000_000_000_000_000)
+	if err := s.Write(context.Background(), want); err != nil {
+		t.Fatalf("Write = %v", err)
+	}
+	msgs, got := readStream(t, rdb, stream)
+	if len(msgs) != 1 {
+		t.Fatalf("Write of %d events made %d entries, want 1", len(want), len(msgs))
+	}
+	if n := msgs[0].Values[event.FieldCount]; n != strconv.Itoa(len(want)) {
+		t.Errorf("entry field %q = %v, want %d", event.FieldCount, n, len(want))
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("events read back (-want +got):\n%s", d)
+	}
+	// The buffer is reused for the next write: nothing of the first leaks in.
+	if err := s.Write(context.Background(), want[:1]); err != nil {
+		t.Fatalf("second Write = %v", err)
+	}
+	if _, got = readStream(t, rdb, stream); !cmp.Equal(append(want, want[0]), got) {
+		t.Errorf("after a second Write the stream holds %d events, want %d:\n%s", len(got), len(want)+1, cmp.Diff(append(want, want[0]), got))
+	}
+}
+
+func TestStreamSinkDefaultStream(t *testing.T) {
+	if got := NewStreamSink(nil, "", 0).Stream(); got != event.DefaultStream {
+		t.Errorf("NewStreamSink(nil, \"\", 0).Stream() = %q, want %q", got, event.DefaultStream)
+	}
+}
+
+func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	stream := redistest.KeyPrefix(t) + "events"
+	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+	s := NewStreamSink(rdb, stream, 0)
+	// 200 events of ~60 kB: 12 MB, more than one entry may carry.
+	var want []event.Event
+	for i := range 200 {
+		want = append(want, event.Event{Type: event.Acquired, Key: strings.Repeat(strconv.Itoa(i%10), 60_000), TS: int64(1000 + i)})
+	}
+	if err := s.Write(context.Background(), want); err != nil {
+		t.Fatalf("Write = %v", err)
+	}
+	msgs, got := readStream(t, rdb, stream)
+	if len(msgs) != 2 {
+		t.Errorf("12 MB of events made %d entries, want 2", len(msgs))
+	}
+	for _, m := range msgs {
+		if b := m.Values[event.FieldBatch].(string); len(b) > event.MaxBatchBytes {
+			t.Errorf("entry %s batch is %d bytes, over event.MaxBatchBytes %d", m.ID, len(b), event.MaxBatchBytes)
+		}
+	}
+	if !cmp.Equal(want, got) {
+		t.Errorf("events read back differ from the %d written (got %d)", len(want), len(got))
+	}
+}
+
+func TestStreamSinkTrims(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	stream := redistest.KeyPrefix(t) + "events"
+	s := NewStreamSink(rdb, stream, 10)
+	ctx := context.Background()
+	const writes = 500
+	for i := range writes {
+		if err := s.Write(ctx, []event.Event{{Type: event.Renewed, Key: "k", TS: int64(i + 1)}}); err != nil {
+			t.Fatalf("Write %d = %v", i, err)
+		}
+	}
+	// MAXLEN ~ trims whole stream nodes (100 entries by default), so the
+	// length is near, not at, 10.
+	n, err := rdb.XLen(ctx, stream).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 10 || n > 200 {
+		t.Errorf("XLEN after %d writes with maxLen 10 = %d, want 10..200", writes, n)
+	}
+}
+
+func TestMemorySink(t *testing.T) {
+	var s MemorySink
+	if got := s.Events(); len(got) != 0 {
+		t.Fatalf("Events() of a new MemorySink = %v, want none", got)
+	}
+	const writers, each = 4, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				if err := s.Write(context.Background(), []event.Event{{Type: event.Acquired, Key: strconv.Itoa(w), Attempts: i}}); err != nil {
+					t.Errorf("Write = %v", err)
+				}
+			}
+		}()
+		go func() { // concurrent readers get consistent snapshots
+			defer wg.Done()
+			for range each {
+				_ = s.Events()
+			}
+		}()
+	}
+	wg.Wait()
+	got := s.Events()
+	if len(got) != writers*each || s.Writes() != writers*each {
+		t.Fatalf("after %d writes: %d events, Writes() = %d, want %d of each", writers*each, len(got), s.Writes(), writers*each)
+	}
+	next := make([]int, writers)
+	for _, e := range got {
+		w, _ := strconv.Atoi(e.Key)
+		if e.Attempts != next[w] {
+			t.Fatalf("writer %d: event %d after %d", w, e.Attempts, next[w]-1)
+		}
+		next[w]++
+	}
+	// A snapshot does not change under later writes.
+	snap := s.Events()
+	snap[0].Key = "changed"
+	if s.Events()[0].Key == "changed" {
+		t.Error("Events() returned the sink's own slice, want a copy")
+	}
+}
