@@ -1,0 +1,154 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// batcher shares round trips between concurrent callers. A caller that finds
+// no round trip in flight runs its script directly on the caller's goroutine
+// (a lone caller pays nothing extra). Callers that arrive while one is in
+// flight queue up, and a flusher sends everything queued as one pipeline
+// when the wire is free again, so 64 callers cost about one round trip per
+// batch instead of 64. The pipeline is the client's own, so single,
+// Sentinel and Cluster clients all work (a cluster pipeline splits by node).
+//
+// Queued callers wait on their own context: one whose context ends leaves
+// the queue's result behind, and a late obtain is released (see call.late).
+type batcher struct {
+	rdb redis.UniversalClient
+
+	mu       sync.Mutex
+	inflight int     // round trips in flight: direct runs plus the flusher
+	queue    []*call // waiting for the next pipeline
+	spare    []*call // the previous batch's slice, reused
+}
+
+// maxInFlight is the number of round trips in flight at once. One keeps the
+// batches deep: on a small machine Redis and the Go process share the CPUs,
+// and a second concurrent batch mostly splits the first one in two.
+const maxInFlight = 1
+
+const (
+	callWaiting int32 = iota
+	callDone
+	callAbandoned
+)
+
+type call struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+	state  atomic.Int32
+	done   chan struct{} // capacity 1: the flusher never blocks on it
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func newBatcher(rdb redis.UniversalClient) *batcher { return &batcher{rdb: rdb} }
+
+// run runs script and returns its command. With the context done before the
+// reply arrives it returns a command carrying the context's error; the script
+// may still run in Redis.
+func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	b.mu.Lock()
+	if b.inflight < maxInFlight && len(b.queue) == 0 {
+		b.inflight++
+		b.mu.Unlock()
+		cmd := script.Run(ctx, b.rdb, keys, args...)
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			go b.flush() // takes over our slot
+		} else {
+			b.inflight--
+		}
+		b.mu.Unlock()
+		return cmd
+	}
+	c := callPool.Get().(*call)
+	c.script, c.keys, c.args = script, keys, args
+	c.state.Store(callWaiting)
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
+			cmd := redis.NewCmd(ctx)
+			cmd.SetErr(context.Cause(ctx))
+			return cmd // c now belongs to the flusher
+		}
+		<-c.done
+	}
+	cmd := c.cmd
+	*c = call{done: c.done}
+	callPool.Put(c)
+	return cmd
+}
+
+func (b *batcher) flush() {
+	batch := b.spare
+	b.spare = nil
+	for {
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inflight--
+			b.spare = batch[:0]
+			b.mu.Unlock()
+			return
+		}
+		batch, b.queue = b.queue, batch[:0]
+		b.mu.Unlock()
+
+		b.exec(batch)
+		for i, c := range batch {
+			batch[i] = nil
+			if c.state.CompareAndSwap(callWaiting, callDone) {
+				c.done <- struct{}{}
+			} else {
+				late(b.rdb, c)
+			}
+		}
+	}
+}
+
+// exec sends a batch as one pipeline; scripts the server does not know yet
+// (NOSCRIPT after a restart or SCRIPT FLUSH) go again with EVAL.
+func (b *batcher) exec(batch []*call) {
+	ctx := context.Background()
+	pipe := b.rdb.Pipeline()
+	for _, c := range batch {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, _ = pipe.Exec(ctx) // errors stay on each command
+	var again redis.Pipeliner
+	for _, c := range batch {
+		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+			if again == nil {
+				again = b.rdb.Pipeline()
+			}
+			c.cmd = c.script.Eval(ctx, again, c.keys, c.args...)
+		}
+	}
+	if again != nil {
+		_, _ = again.Exec(ctx)
+	}
+}
+
+// late handles the result of a call whose caller gave up waiting: an obtain
+// that succeeded after its caller left is released so the key is not held by
+// nobody until its TTL.
+func late(rdb redis.UniversalClient, c *call) {
+	if c.script != obtainScript || c.cmd.Err() != nil {
+		return
+	}
+	res, _ := c.cmd.Slice()
+	if len(res) == 2 && res[0] == int64(1) {
+		go releaseOrphan(rdb, c.keys[0], c.args[0].(string))
+	}
+}

@@ -1,0 +1,142 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configures a Client. A nil *Options is the zero value.
+type Options struct {
+	// Owner is the identity stored with every lock and carried by its events;
+	// "" means "<app>/<host>/<pid>".
+	Owner string
+	// Recorder receives lifecycle events; nil means no events, at no cost.
+	Recorder Recorder
+	// Degraded turns on the process-local fallback used while Redis is
+	// unreachable; off by default. See the package documentation for the
+	// risk.
+	Degraded bool
+}
+
+// Client takes locks in one Redis deployment. It is safe for concurrent use.
+type Client struct {
+	rdb   redis.UniversalClient
+	owner string
+	rec   Recorder
+	batch *batcher
+	local *localLocks // nil unless Options.Degraded
+}
+
+// New returns a Client using rdb, which may be a single-node, Sentinel
+// (failover) or Cluster client. opt may be nil.
+func New(rdb redis.UniversalClient, opt *Options) *Client {
+	if opt == nil {
+		opt = &Options{}
+	}
+	c := &Client{rdb: rdb, owner: opt.Owner, rec: opt.Recorder, batch: newBatcher(rdb)}
+	if c.owner == "" {
+		c.owner = DefaultOwner()
+	}
+	if opt.Degraded {
+		c.local = newLocalLocks()
+	}
+	return c
+}
+
+// DefaultOwner returns "<app>/<host>/<pid>", the owner used when none is set.
+func DefaultOwner() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown"
+	}
+	return filepath.Base(os.Args[0]) + "/" + host + "/" + strconv.Itoa(os.Getpid())
+}
+
+// record sends e to the recorder, stamping the time. The caller checks
+// c.rec != nil first so that no event is built when nobody listens.
+func (c *Client) record(e event.Event) {
+	if e.TS == 0 {
+		e.TS = time.Now().UnixNano()
+	}
+	c.rec.Record(e)
+}
+
+// Inspect returns the current holder of key, read from Redis in one step, or
+// ErrNotHeld if the key does not exist. Values written by other libraries
+// come back with Foreign set and the raw value as Owner. With degraded mode
+// on and Redis unreachable, it reports this process's local lock.
+func (c *Client) Inspect(ctx context.Context, key string) (*Holder, error) {
+	res, err := inspectScript.Run(ctx, c.rdb, []string{key}).Slice()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotHeld
+		}
+		if c.local != nil && unreachable(err) {
+			if h := c.local.holder(key); h != nil {
+				return h, nil
+			}
+		}
+		return nil, err
+	}
+	v, pttl, err := valuePTTL(res)
+	if err != nil {
+		return nil, err
+	}
+	return newHolder(key, v, pttl), nil
+}
+
+// ForceRelease deletes key only if its value still has the given
+// fingerprint (Holder.Fingerprint, as seen by the operator), in one Lua
+// script. It returns the holder it removed. If the key now holds another
+// value it returns that holder and ErrOwnerChanged and touches nothing; if
+// the key does not exist, ErrNotHeld. A successful release is recorded as an
+// event.Forced with the previous holder as Owner and the operator as By.
+func (c *Client) ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*Holder, error) {
+	res, err := forceScript.Run(ctx, c.rdb, []string{key}, fingerprint).Slice()
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return nil, ErrNotHeld
+		}
+		return nil, err
+	}
+	if len(res) != 3 {
+		return nil, errors.New("lock: unexpected reply from force script")
+	}
+	v, pttl, err := valuePTTL(res[1:])
+	if err != nil {
+		return nil, err
+	}
+	h := newHolder(key, v, pttl)
+	if n, _ := res[0].(int64); n != 1 {
+		return h, ErrOwnerChanged
+	}
+	if c.rec != nil {
+		now := time.Now()
+		var hold time.Duration
+		if !h.Since.IsZero() {
+			hold = now.Sub(h.Since)
+		}
+		c.record(event.Event{Type: event.Forced, Key: key, Owner: h.Owner, Lease: h.Lease,
+			TS: now.UnixNano(), Hold: hold, Fence: h.Fence, By: by, Reason: reason})
+	}
+	return h, nil
+}
+
+func valuePTTL(res []any) (string, int64, error) {
+	if len(res) != 2 {
+		return "", 0, errors.New("lock: unexpected reply from Redis")
+	}
+	v, ok1 := res[0].(string)
+	pttl, ok2 := res[1].(int64)
+	if !ok1 || !ok2 {
+		return "", 0, errors.New("lock: unexpected reply from Redis")
+	}
+	return v, pttl, nil
+}

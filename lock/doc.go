@@ -1,0 +1,71 @@
+// Package lock is a Redis distributed lock whose every lifecycle step can be
+// recorded as an event (see Recorder and Emitter) for lockscope's collector
+// and dashboard.
+//
+// A lock is one Redis string key. Its value (see Value) carries a secret
+// random token, a public lease id, the fencing token, the acquisition time
+// and the owner identity, written atomically with the lock, so who holds a
+// lock is answerable from Redis alone (Inspect). Obtain, Refresh, Release,
+// TTL and ForceRelease are each one Lua script, run with EVALSHA (falling
+// back to EVAL when the server does not know the script yet); ownership is
+// always checked inside the script, never with GET then EXPIRE.
+//
+// Any redis.UniversalClient works: single node, Sentinel (failover) or
+// Cluster. Concurrent callers of one Client share round trips: while one
+// script is on the wire, others queue and go out together as one pipeline.
+//
+// # Lifecycle
+//
+//	lease, err := client.Obtain(ctx, "invoice:17", 10*time.Second, &lock.ObtainOptions{
+//		Retry: lock.ExponentialBackoff(10*time.Millisecond, 500*time.Millisecond),
+//	})
+//	if errors.Is(err, lock.ErrNotObtained) {
+//		// err is a *NotObtainedError naming the holder and its remaining TTL
+//	}
+//	defer lease.Release(ctx)
+//
+// Do(ctx, key, ttl, opt, fn) obtains, renews every ttl/3 while fn runs,
+// passes fn the lease's context (cancelled the moment the lock is known lost)
+// and releases afterwards.
+//
+// # Fencing
+//
+// A lock alone cannot protect a resource against a holder that paused (GC,
+// swap, a stopped VM) past its TTL: by the time it writes, another owner may
+// hold the lock. With ObtainOptions.Fencing each obtain returns a fencing
+// token (Lease.Fence) that is strictly larger than every token issued
+// before for that key. The holder sends it with each write, and the resource
+// remembers the largest token it has accepted and rejects smaller ones.
+//
+// The counter lives in its own key (FenceKey) in the lock key's cluster hash
+// slot and never expires, so neither expiry of the lock nor a quiet week
+// resets it. A fence is max(counter+1, Redis server time in microseconds):
+// if the counter is lost anyway (a restart of a Redis that persists nothing,
+// a failover to a replica that missed the last write), the next fence is
+// still larger than every earlier one, as long as the server clock has not
+// gone back by more than the outage lasted. Fences are therefore large
+// numbers (about 1.7e15 today); they stay below 2^53, exact in JSON.
+//
+// # Degraded mode
+//
+// With Options.Degraded, when Redis cannot be reached (connection refused,
+// network error; not when it answers with an error) Obtain falls back to a
+// process-local lock: mutual exclusion holds between goroutines of this
+// process only. Other processes may take the same lock in Redis, or locally,
+// at the same time. Use it only where a lost update or a double run is
+// cheaper than stopping, and pair it with fencing at the resource. Degraded
+// leases are marked in their events, in Lease.Degraded and in Inspect (which
+// reports the local lock while Redis is unreachable); they stay process-local
+// until released, and while one exists this process does not take the same
+// key in Redis. Degraded fences come from the local clock on the same scale
+// as Redis fences. Degraded mode is off by default.
+//
+// # Events
+//
+// With Options.Recorder set, the client records acquired (wait, attempts,
+// ttl, fence), failed (reason timeout, canceled, error or held; holder),
+// released (hold; reason not_owner if the key was no longer the lease's),
+// renewed (ttl), renew_failed, lost (reason not_owner, max_hold or error) and
+// forced events. Events carry the public lease id, never the token. With a
+// nil Recorder no event is built.
+package lock

@@ -1,0 +1,307 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+const (
+	stateHeld = iota
+	stateLost
+	stateReleased
+)
+
+// Lease is one hold of a lock. Its methods are safe for concurrent use.
+type Lease struct {
+	c         *Client
+	key       string
+	keys      []string // {key}, shared by every script call
+	head      string   // value head "ls1|<token>|<lease>|": proves ownership
+	token     string
+	owner     string
+	id        string
+	fence     int64
+	since     time.Time
+	degraded  bool
+	autoRenew bool
+	maxHold   time.Duration
+
+	mu         sync.Mutex
+	ttl        time.Duration
+	validUntil time.Time // the latest the lock can be valid: last write's start + TTL
+	state      int
+	err        error
+	parent     context.Context // until the lease context exists
+	detach     bool            // the parent's cancellation does not reach the lease
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	expiry     *time.Timer   // without renewal: marks the lease lost at validUntil
+	stop       chan struct{} // closed to end the renewal
+}
+
+// Key returns the lock key.
+func (l *Lease) Key() string { return l.key }
+
+// Owner returns the owner identity stored with the lock.
+func (l *Lease) Owner() string { return l.owner }
+
+// ID returns the public lease id: stable for this hold, carried by events,
+// never the secret token.
+func (l *Lease) ID() string { return l.id }
+
+// Fence returns the fencing token, 0 unless ObtainOptions.Fencing was set.
+// Pass it with every write to the protected resource; the resource rejects
+// writes carrying a fence lower than the highest it has seen.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// Since returns when the lock was obtained.
+func (l *Lease) Since() time.Time { return l.since }
+
+// Degraded reports whether this is a process-local lease taken while Redis
+// was unreachable (Options.Degraded).
+func (l *Lease) Degraded() bool { return l.degraded }
+
+// Context returns a context cancelled the moment the lock is known lost
+// (renewal or Refresh found it gone or taken, its TTL lapsed without renewal,
+// MaxHold was reached) and on Release. context.Cause tells which.
+func (l *Lease) Context() context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.initContext()
+	}
+	return l.ctx
+}
+
+// Done returns a channel closed when Context is cancelled.
+func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
+
+// Err returns nil while the lease holds the lock, an error matching ErrLost
+// once the lock is known lost, and ErrNotHeld after Release.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkExpiry(time.Now())
+	return l.err
+}
+
+// initContext creates the lease context on first use, so that leases nobody
+// watches cost neither a context nor a timer. l.mu is held.
+func (l *Lease) initContext() {
+	p := l.parent
+	if l.detach {
+		p = context.WithoutCancel(p)
+	}
+	l.parent = nil
+	l.ctx, l.cancel = context.WithCancelCause(p)
+	l.checkExpiry(time.Now())
+	switch {
+	case l.state != stateHeld:
+		l.cancel(l.err)
+	case !l.autoRenew:
+		l.expiry = time.AfterFunc(time.Until(l.validUntil), l.onExpiry)
+	}
+}
+
+func (l *Lease) onExpiry() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == stateHeld && l.expiry != nil {
+		if !l.checkExpiry(time.Now()) {
+			l.expiry.Reset(time.Until(l.validUntil))
+		}
+	}
+}
+
+// checkExpiry marks a lease without renewal lost once its TTL has surely
+// lapsed. No event: the expiry is Redis's to report (event.Expired, from the
+// collector). l.mu is held.
+func (l *Lease) checkExpiry(now time.Time) bool {
+	if l.state == stateHeld && !l.autoRenew && !now.Before(l.validUntil) {
+		l.markLost("expired")
+		return true
+	}
+	return false
+}
+
+// markLost moves a held lease to lost. l.mu is held.
+func (l *Lease) markLost(reason string) {
+	l.state = stateLost
+	l.err = &lostError{reason: reason}
+	l.end()
+}
+
+// end stops what runs on behalf of the lease. l.mu is held.
+func (l *Lease) end() {
+	if l.cancel != nil {
+		l.cancel(l.err)
+	}
+	if l.expiry != nil {
+		l.expiry.Stop()
+	}
+	if l.stop != nil {
+		close(l.stop)
+		l.stop = nil
+	}
+}
+
+// lose records that the lock is gone (reason not_owner, max_hold or error).
+func (l *Lease) lose(reason string) {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return
+	}
+	l.markLost(reason)
+	l.mu.Unlock()
+	if l.c.rec != nil {
+		e := l.event(event.Lost)
+		e.Reason = reason
+		e.Hold = time.Unix(0, e.TS).Sub(l.since)
+		l.c.record(e)
+	}
+}
+
+func (l *Lease) event(t event.Type) event.Event {
+	return event.Event{Type: t, Key: l.key, Owner: l.owner, Lease: l.id, TS: time.Now().UnixNano(),
+		Fence: l.fence, Degraded: l.degraded}
+}
+
+// TTL returns the remaining TTL read from Redis (-1 if the key has no
+// expiry). If the key is gone or held by another owner the lease is lost and
+// TTL returns an error matching ErrLost.
+func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
+	if err := l.heldErr(); err != nil {
+		return 0, err
+	}
+	var ms int64
+	if l.degraded {
+		d := l.c.local.pttl(l.key, l.token)
+		if d >= 0 {
+			return d, nil
+		}
+		ms = -3
+	} else {
+		var err error
+		if ms, err = l.c.batch.run(ctx, pttlScript, l.keys, l.head).Int64(); err != nil {
+			return 0, err
+		}
+	}
+	if ms == -3 {
+		l.lose(event.ReasonNotOwner)
+		return 0, l.Err()
+	}
+	if ms < 0 {
+		return -1, nil
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+func (l *Lease) heldErr() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checkExpiry(time.Now())
+	if l.state != stateHeld {
+		return l.err
+	}
+	return nil
+}
+
+// Refresh sets the lock's TTL to ttl if the lease still holds it (an
+// owner-checked script: never GET then EXPIRE). If the key is gone or held by
+// another owner, the lease is lost and Refresh returns an error matching
+// ErrLost; after Release it returns ErrNotHeld.
+func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
+	if ttl < time.Millisecond {
+		return errTTL
+	}
+	if err := l.heldErr(); err != nil {
+		return err
+	}
+	at := time.Now()
+	ok, err := l.refresh(ctx, ttl)
+	if err != nil {
+		if l.c.rec != nil {
+			e := l.event(event.RenewFailed)
+			e.Reason = event.ReasonError
+			l.c.record(e)
+		}
+		return err
+	}
+	if !ok {
+		l.lose(event.ReasonNotOwner)
+		return l.Err()
+	}
+	l.renewed(at, ttl)
+	return nil
+}
+
+func (l *Lease) refresh(ctx context.Context, ttl time.Duration) (bool, error) {
+	if l.degraded {
+		return l.c.local.refresh(l.key, l.token, ttl), nil
+	}
+	n, err := l.c.batch.run(ctx, refreshScript, l.keys, l.head, int64((ttl+time.Millisecond-1)/time.Millisecond)).Int64()
+	return n == 1, err
+}
+
+// renewed records a successful refresh sent at at.
+func (l *Lease) renewed(at time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	if l.state == stateHeld {
+		l.ttl = ttl
+		l.validUntil = at.Add(ttl)
+		if l.expiry != nil {
+			l.expiry.Reset(time.Until(l.validUntil))
+		}
+	}
+	l.mu.Unlock()
+	if l.c.rec != nil {
+		e := l.event(event.Renewed)
+		e.TTL = ttl
+		l.c.record(e)
+	}
+}
+
+// Release deletes the lock if the lease still holds it, stops its renewal
+// and cancels its context. If the key is gone or held by another owner it
+// changes nothing and returns ErrNotHeld. If Redis cannot be reached the
+// error is returned and the lock expires at its TTL.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	if l.state == stateReleased {
+		l.mu.Unlock()
+		return ErrNotHeld
+	}
+	l.state = stateReleased
+	if l.err == nil {
+		l.err = ErrNotHeld
+	}
+	l.end()
+	l.mu.Unlock()
+
+	var ok bool
+	if l.degraded {
+		ok = l.c.local.release(l.key, l.token)
+	} else {
+		n, err := l.c.batch.run(ctx, releaseScript, l.keys, l.head).Int64()
+		if err != nil {
+			return err
+		}
+		ok = n == 1
+	}
+	if l.c.rec != nil {
+		e := l.event(event.Released)
+		e.Hold = time.Unix(0, e.TS).Sub(l.since)
+		if !ok {
+			e.Reason = event.ReasonNotOwner
+		}
+		l.c.record(e)
+	}
+	if !ok {
+		return ErrNotHeld
+	}
+	return nil
+}

@@ -1,0 +1,281 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// ObtainOptions configures one Obtain, Try or Do. A nil *ObtainOptions is the
+// zero value.
+type ObtainOptions struct {
+	// Retry decides whether and when to try again while the lock is held by
+	// another owner or Redis is unreachable; nil means a single attempt.
+	// Waits never run past the context's deadline.
+	Retry RetryStrategy
+	// AutoRenew renews the lock every ttl/3 until Release or loss (Do always
+	// renews).
+	AutoRenew bool
+	// MaxHold, with AutoRenew, bounds the hold: when it is reached the
+	// renewal stops and the lease counts as lost (reason max_hold, its context
+	// cancelled) while the key still has up to one TTL left, so the work can
+	// stop before another owner can take over. 0 means no limit.
+	MaxHold time.Duration
+	// Fencing attaches a strictly increasing fencing token (Lease.Fence).
+	Fencing bool
+	// Owner overrides Options.Owner for this lock.
+	Owner string
+}
+
+var errTTL = errors.New("lock: ttl must be at least 1ms")
+
+// Obtain takes the lock key for ttl. Without a retry strategy it makes one
+// attempt; with one it waits between attempts until the strategy gives up or
+// ctx ends. On failure the error is a *NotObtainedError (errors.Is
+// ErrNotObtained) that names the holder and its remaining TTL. The lease's
+// context inherits ctx's values but not its cancellation: ctx bounds the
+// wait, not the hold.
+func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opt *ObtainOptions) (*Lease, error) {
+	l, _, err := c.obtain(ctx, true, key, ttl, opt, false)
+	return l, err
+}
+
+// Try makes one attempt. If the lock is held it returns a nil lease, the
+// current holder and an error matching ErrNotObtained (reason held).
+func (c *Client) Try(ctx context.Context, key string, ttl time.Duration, opt *ObtainOptions) (*Lease, *Holder, error) {
+	return c.obtain(ctx, true, key, ttl, opt, true)
+}
+
+// Do obtains key, renews it automatically while fn runs, runs fn with the
+// lease's context (cancelled as soon as the lock is known lost, or when ctx
+// ends), then releases the lock. It returns fn's error; if the lock was lost
+// while fn ran, the error also matches ErrLost (and a context.Canceled from
+// fn that the loss caused is replaced by it).
+func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, opt *ObtainOptions, fn func(ctx context.Context) error) error {
+	o := ObtainOptions{}
+	if opt != nil {
+		o = *opt
+	}
+	o.AutoRenew = true
+	l, _, err := c.obtain(ctx, false, key, ttl, &o, false)
+	if err != nil {
+		return err
+	}
+	ferr := fn(l.Context())
+	lost := l.Err()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	rerr := l.Release(rctx)
+	cancel()
+	if lost == nil && errors.Is(rerr, ErrNotHeld) {
+		lost = &lostError{reason: "expired"} // gone between two renewals
+	} else if rerr != nil && !errors.Is(rerr, ErrNotHeld) {
+		ferr = errors.Join(ferr, rerr)
+	}
+	if lost == nil {
+		return ferr
+	}
+	if ferr == nil || errors.Is(ferr, context.Canceled) && ctx.Err() == nil {
+		return lost
+	}
+	return errors.Join(ferr, lost)
+}
+
+// attempt is the state of one Obtain call.
+type attempt struct {
+	key      string
+	keys     []string
+	head     string
+	token    string
+	id       string
+	owner    string
+	ttl      time.Duration
+	ttlMs    int64
+	start    time.Time
+	attempts int
+}
+
+func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.Duration, opt *ObtainOptions, once bool) (*Lease, *Holder, error) {
+	if ttl < time.Millisecond {
+		return nil, nil, errTTL
+	}
+	var o ObtainOptions
+	if opt != nil {
+		o = *opt
+	}
+	retry := o.Retry
+	if retry == nil || once {
+		retry = noRetry{}
+	}
+	a := attempt{key: key, ttl: ttl, ttlMs: int64((ttl + time.Millisecond - 1) / time.Millisecond), owner: c.owner, start: time.Now()}
+	if o.Owner != "" {
+		a.owner = o.Owner
+	}
+	a.token, a.id = newIDs()
+	a.head = valueMagic + a.token + "|" + a.id + "|"
+	if o.Fencing {
+		a.keys = []string{key, FenceKey(key)}
+	} else {
+		a.keys = []string{key}
+	}
+
+	var (
+		holder *Holder
+		reason string
+		cause  error
+		timer  *time.Timer
+	)
+	for {
+		a.attempts++
+		at := time.Now()
+		var ttail [20]byte
+		tail := "|" + string(strconv.AppendInt(ttail[:0], at.UnixMilli(), 10)) + "|" + a.owner
+		var res []any
+		var err error
+		if h := c.local.holder(key); h != nil {
+			// A degraded lease of this process still holds the key: Redis
+			// knows nothing of it, so honour it here.
+			holder, reason, cause = h, event.ReasonHeld, nil
+		} else {
+			res, err = c.batch.run(ctx, obtainScript, a.keys, a.head, tail, a.ttlMs).Slice()
+		}
+		rtt := time.Since(at)
+		if err == nil && res != nil {
+			ok, fence, h, perr := parseObtain(key, res)
+			switch {
+			case perr != nil:
+				return nil, nil, c.fail(&a, nil, event.ReasonError, perr)
+			case ok:
+				return c.acquired(ctx, detach, &a, &o, at, fence, false), nil, nil
+			}
+			holder, reason, cause = h, event.ReasonHeld, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				// The script may have run: free the key if it did.
+				go releaseOrphan(c.rdb, key, a.head)
+				return nil, holder, c.fail(&a, holder, ctxReason(ctx), ctx.Err())
+			}
+			if c.local != nil && unreachable(err) {
+				var fence int64
+				if o.Fencing {
+					fence = localFence()
+				}
+				v := Value{Token: a.token, Lease: a.id, Fence: fence, Since: at, Owner: a.owner}
+				h := c.local.obtain(key, v, ttl)
+				if h == nil {
+					return c.acquired(ctx, detach, &a, &o, at, fence, true), nil, nil
+				}
+				holder, reason, cause = h, event.ReasonHeld, nil
+			} else {
+				reason, cause = event.ReasonError, err
+				var re redis.Error
+				if errors.As(err, &re) {
+					// Redis answered with an error: retrying will not help.
+					return nil, holder, c.fail(&a, holder, reason, err)
+				}
+			}
+		}
+
+		wait, again := retry.Backoff(a.attempts)
+		if !again {
+			return nil, holder, c.fail(&a, holder, reason, cause)
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			// Leave room for the next attempt's round trip before the
+			// deadline; if there is none, give up now rather than late.
+			left := time.Until(dl) - rtt
+			if left <= 0 {
+				return nil, holder, c.fail(&a, holder, event.ReasonTimeout, context.DeadlineExceeded)
+			}
+			wait = min(wait, left)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, holder, c.fail(&a, holder, ctxReason(ctx), ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+func parseObtain(key string, res []any) (ok bool, fence int64, h *Holder, err error) {
+	if len(res) >= 2 {
+		if n, _ := res[0].(int64); n == 1 {
+			fence, _ = res[1].(int64)
+			return true, fence, nil, nil
+		}
+		if v, pttl, err := valuePTTL(res[1:]); err == nil {
+			return false, 0, newHolder(key, v, pttl), nil
+		}
+	}
+	return false, 0, nil, errors.New("lock: unexpected reply from obtain script")
+}
+
+func ctxReason(ctx context.Context) string {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return event.ReasonTimeout
+	}
+	return event.ReasonCanceled
+}
+
+func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) error {
+	err := &NotObtainedError{Key: a.key, Holder: holder, Reason: reason, Attempts: a.attempts, Wait: time.Since(a.start), Err: cause}
+	if c.rec != nil {
+		e := event.Event{Type: event.Failed, Key: a.key, Owner: a.owner, Lease: a.id,
+			Wait: err.Wait, Attempts: a.attempts, Reason: reason}
+		if holder != nil {
+			e.Holder, e.Degraded = holder.Owner, holder.Degraded
+		}
+		c.record(e)
+	}
+	return err
+}
+
+func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *ObtainOptions, at time.Time, fence int64, degraded bool) *Lease {
+	l := &Lease{
+		c: c, key: a.key, keys: a.keys[:1], head: a.head, token: a.token, owner: a.owner, id: a.id,
+		fence: fence, since: at, degraded: degraded, autoRenew: o.AutoRenew, maxHold: o.MaxHold,
+		ttl: a.ttl, validUntil: at.Add(a.ttl), parent: ctx, detach: detach,
+	}
+	if c.rec != nil {
+		now := time.Now()
+		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: a.id, TS: now.UnixNano(),
+			Wait: now.Sub(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded})
+	}
+	if o.AutoRenew {
+		l.startRenewal()
+	}
+	return l
+}
+
+// releaseOrphan deletes a lock taken for a caller that stopped waiting.
+func releaseOrphan(rdb redis.UniversalClient, key, head string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	releaseScript.Run(ctx, rdb, []string{key}, head)
+}
+
+var localFenceState struct {
+	sync.Mutex
+	last int64
+}
+
+// localFence issues a degraded-mode fence on the same scale as the Redis
+// ones (microseconds since the epoch), so with synchronised clocks it is
+// above every fence Redis issued before the outage.
+func localFence() int64 {
+	localFenceState.Lock()
+	defer localFenceState.Unlock()
+	localFenceState.last = max(localFenceState.last+1, time.Now().UnixMicro())
+	return localFenceState.last
+}
