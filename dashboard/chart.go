@@ -1,0 +1,364 @@
+package dashboard
+
+import (
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/event"
+)
+
+// Geometry for the inline SVG pictures. Pages get ready-made coordinates as
+// strings so the templ components stay plain markup; the CSP forbids inline
+// style attributes, so every size is an SVG attribute and every colour a CSS
+// class.
+
+// spark is a sparkline: a polyline over an area in a w×h box.
+type spark struct {
+	W, H  int
+	Line  string // polyline points
+	Area  string // closed path under the line
+	Last  string // the newest value, formatted
+	Max   string // the highest value, formatted
+	Title string // accessible description
+}
+
+func newSpark(values []float64, w, h int, format func(float64) string, title string) *spark {
+	if len(values) < 2 {
+		return nil
+	}
+	maxV := slices.Max(values)
+	sp := &spark{W: w, H: h, Title: title, Last: format(values[len(values)-1]), Max: format(maxV)}
+	if maxV <= 0 {
+		maxV = 1
+	}
+	const pad = 1.5
+	stepX := float64(w) / float64(len(values)-1)
+	var line, area strings.Builder
+	area.WriteString("M0," + f1(float64(h)))
+	for i, v := range values {
+		x := float64(i) * stepX
+		y := float64(h) - pad - (float64(h)-2*pad)*math.Max(v, 0)/maxV
+		if i > 0 {
+			line.WriteByte(' ')
+		}
+		line.WriteString(f1(x) + "," + f1(y))
+		area.WriteString(" L" + f1(x) + "," + f1(y))
+	}
+	area.WriteString(" L" + f1(float64(w)) + "," + f1(float64(h)) + " Z")
+	sp.Line, sp.Area = line.String(), area.String()
+	return sp
+}
+
+// meter is a horizontal share bar (0..100 in a 100-wide viewBox).
+func meter(v, maxV float64) string {
+	if maxV <= 0 || v <= 0 {
+		return "0"
+	}
+	return f1(math.Max(1, 100*math.Min(v/maxV, 1)))
+}
+
+// distView is a histogram as columns, one per bucket.
+type distView struct {
+	Title    string
+	W, H     int
+	Bars     []distBar
+	Count    string
+	Mean     string
+	P50, P99 string
+	Empty    bool
+}
+
+type distBar struct {
+	X, Y, W, H string
+	Label      string // bucket upper bound, shown under some bars
+	LabelX     string
+	Tip        string
+	Hot        bool // holds the p99
+}
+
+const (
+	distW, distH  = 560, 120
+	distLabelRoom = 18
+)
+
+func newDist(title string, d collector.Distribution) distView {
+	v := distView{Title: title, W: distW, H: distH + distLabelRoom, Count: fmtCount(d.Count)}
+	if d.Count == 0 || len(d.Counts) == 0 {
+		v.Empty = true
+		return v
+	}
+	v.Mean = fmtDuration(d.Sum / time.Duration(d.Count))
+	v.P50 = quantileLabel(d, 0.50)
+	v.P99 = quantileLabel(d, 0.99)
+	p99 := quantileBucket(d, 0.99)
+	// Only the populated span of buckets is drawn, so a lock whose waits are
+	// all under 10 ms is not a thin line at the left of a 5-minute axis.
+	lo, hi := 0, len(d.Counts)-1
+	for lo < hi && d.Counts[lo] == 0 {
+		lo++
+	}
+	for hi > lo && d.Counts[hi] == 0 {
+		hi--
+	}
+	lo, hi = max(0, lo-1), min(len(d.Counts)-1, hi+1)
+	n := hi - lo + 1
+	maxC := int64(1)
+	for _, c := range d.Counts[lo : hi+1] {
+		maxC = max(maxC, c)
+	}
+	slot := float64(distW) / float64(n)
+	gap := math.Min(4, slot*0.2)
+	labelEvery := int(math.Ceil(float64(n) * 56 / distW))
+	for i := lo; i <= hi; i++ {
+		c := d.Counts[i]
+		h := 0.0
+		if c > 0 {
+			h = math.Max(2, float64(distH-4)*float64(c)/float64(maxC))
+		}
+		x := float64(i-lo) * slot
+		b := distBar{
+			X: f1(x + gap/2), W: f1(slot - gap), Y: f1(float64(distH) - h), H: f1(h),
+			Tip: bucketName(d.Bounds, i) + ": " + fmtCount(c),
+			Hot: i == p99,
+		}
+		if (i-lo)%labelEvery == 0 {
+			b.Label = bucketShort(d.Bounds, i)
+			b.LabelX = f1(x + slot/2)
+		}
+		v.Bars = append(v.Bars, b)
+	}
+	return v
+}
+
+func bucketName(bounds []time.Duration, i int) string {
+	switch {
+	case i < len(bounds) && i == 0:
+		return "≤ " + fmtBound(bounds[0])
+	case i < len(bounds):
+		return fmtBound(bounds[i-1]) + " – " + fmtBound(bounds[i])
+	case len(bounds) > 0:
+		return "> " + fmtBound(bounds[len(bounds)-1])
+	default:
+		return "all"
+	}
+}
+
+func bucketShort(bounds []time.Duration, i int) string {
+	if i < len(bounds) {
+		return fmtBound(bounds[i])
+	}
+	if len(bounds) > 0 {
+		return ">" + fmtBound(bounds[len(bounds)-1])
+	}
+	return ""
+}
+
+// quantileBucket is the bucket holding the q-quantile.
+func quantileBucket(d collector.Distribution, q float64) int {
+	target := int64(math.Ceil(q * float64(d.Count)))
+	var cum int64
+	for i, c := range d.Counts {
+		cum += c
+		if cum >= target && c > 0 {
+			return i
+		}
+	}
+	return len(d.Counts) - 1
+}
+
+// quantileLabel is the upper bound of the bucket holding the q-quantile:
+// a histogram cannot say more than "at most this".
+func quantileLabel(d collector.Distribution, q float64) string {
+	i := quantileBucket(d, q)
+	if i < len(d.Bounds) {
+		return "≤ " + fmtDuration(d.Bounds[i])
+	}
+	if len(d.Bounds) > 0 {
+		return "> " + fmtDuration(d.Bounds[len(d.Bounds)-1])
+	}
+	return "—"
+}
+
+// timelineView draws recent events: one lane per owner, hold spans from
+// acquisition to its end, and a mark for every event.
+type timelineView struct {
+	W, H  int
+	Lanes []tlLane
+	Spans []tlSpan
+	Marks []tlMark
+	Ticks []tlTick
+	Empty bool
+	From  string // how far back the axis reaches
+}
+
+type tlLane struct {
+	Y, TextY string
+	Label    string
+	Full     string
+}
+
+type tlSpan struct {
+	X, Y, W, H string
+	Open       bool // still held at the right edge
+	Tip        string
+}
+
+type tlMark struct {
+	X, Y  string
+	Type  string // event type: CSS class
+	Tip   string
+	Glyph string // path data, centred on 0,0
+}
+
+type tlTick struct{ X, Label string }
+
+const (
+	tlW, tlLabelW     = 1120, 150
+	tlLaneH, tlAxisH  = 26, 22
+	tlMaxLanes        = 8
+	tlMarkR           = 4.5
+	tlMinSpanW        = 2.0
+	tlLastLaneOther   = "other owners"
+	tlEventsOnTopLane = "waiters"
+)
+
+func newTimeline(events []event.Event, now time.Time) timelineView {
+	v := timelineView{W: tlW}
+	if len(events) == 0 {
+		v.Empty = true
+		v.H = tlLaneH + tlAxisH
+		return v
+	}
+	// events are newest first; walk oldest first.
+	evs := slices.Clone(events)
+	slices.Reverse(evs)
+	start := evs[0].TS
+	end := now.UnixNano()
+	if last := evs[len(evs)-1].TS; last > end {
+		end = last
+	}
+	if end-start < int64(time.Second) {
+		start = end - int64(time.Second)
+	}
+	span := float64(end - start)
+	plotW := float64(tlW - tlLabelW - 12)
+	xOf := func(ts int64) float64 { return float64(tlLabelW) + plotW*float64(ts-start)/span }
+
+	// Lanes: the first lane collects what happens to callers who do not
+	// hold (failures); then one lane per owner in order of first appearance.
+	lanes := map[string]int{}
+	laneOf := func(owner string) int {
+		if i, ok := lanes[owner]; ok {
+			return i
+		}
+		if len(v.Lanes) >= tlMaxLanes {
+			if i, ok := lanes[tlLastLaneOther]; ok {
+				return i
+			}
+			owner = tlLastLaneOther
+		}
+		i := len(v.Lanes)
+		lanes[owner] = i
+		disp, _ := displayKey(owner)
+		v.Lanes = append(v.Lanes, tlLane{Label: shortKey(disp, 20), Full: disp})
+		return i
+	}
+	laneOf(tlEventsOnTopLane)
+	v.Lanes[0].Label, v.Lanes[0].Full = "failed tries", "acquisitions that gave up"
+
+	type open struct {
+		ts    int64
+		lane  int
+		owner string
+	}
+	holds := map[string]open{} // by lease
+	closeSpan := func(o open, endTS int64, how string, isOpen bool) {
+		x0, x1 := xOf(o.ts), xOf(endTS)
+		v.Spans = append(v.Spans, tlSpan{
+			X: f1(x0), W: f1(math.Max(tlMinSpanW, x1-x0)), Y: strconv.Itoa(o.lane*tlLaneH + 6), H: strconv.Itoa(tlLaneH - 12),
+			Open: isOpen, Tip: o.owner + " held " + fmtDuration(time.Duration(endTS-o.ts)) + how,
+		})
+	}
+	for _, e := range evs {
+		lane := 0
+		if e.Type != event.Failed {
+			lane = laneOf(e.Owner)
+		}
+		owner, _ := displayKey(e.Owner)
+		switch e.Type {
+		case event.Acquired:
+			holds[e.Lease] = open{ts: e.TS, lane: lane, owner: owner}
+		case event.Released, event.Lost, event.Expired, event.Forced:
+			if o, ok := holds[e.Lease]; ok {
+				closeSpan(o, e.TS, " ("+e.Type.String()+")", false)
+				delete(holds, e.Lease)
+			} else if e.Hold > 0 {
+				// The acquisition fell out of the recent window: draw the
+				// part of the hold that is on the axis.
+				from := max(start, e.TS-int64(e.Hold))
+				closeSpan(open{ts: from, lane: lane, owner: owner}, e.TS, " ("+e.Type.String()+")", false)
+			}
+		}
+		tip := fmtClock(e.Time()) + " " + e.Type.String() + " · " + owner
+		switch {
+		case e.Wait > 0:
+			tip += " · waited " + fmtDuration(e.Wait)
+		case e.Hold > 0:
+			tip += " · held " + fmtDuration(e.Hold)
+		}
+		if e.Reason != "" {
+			tip += " · " + e.Reason
+		}
+		if e.By != "" {
+			by, _ := displayKey(e.By)
+			tip += " · by " + by
+		}
+		v.Marks = append(v.Marks, tlMark{
+			X: f1(xOf(e.TS)), Y: f1(float64(lane*tlLaneH) + tlLaneH/2),
+			Type: e.Type.String(), Tip: tip, Glyph: glyph(e.Type),
+		})
+	}
+	for _, o := range holds {
+		closeSpan(o, end, " (still held)", true)
+	}
+	// Spans first in document order would be nicer for reading, but marks
+	// must paint over spans; keep span order stable for tests.
+	slices.SortStableFunc(v.Spans, func(a, b tlSpan) int { return strings.Compare(a.Y, b.Y) })
+
+	for i := range v.Lanes {
+		v.Lanes[i].Y = strconv.Itoa(i * tlLaneH)
+		v.Lanes[i].TextY = f1(float64(i*tlLaneH) + tlLaneH/2 + 4)
+	}
+	plotH := len(v.Lanes) * tlLaneH
+	v.H = plotH + tlAxisH
+	v.From = fmtDuration(time.Duration(end - start).Round(time.Second))
+	for i := 0; i <= 4; i++ {
+		ts := start + int64(float64(end-start)*float64(i)/4)
+		label := "-" + fmtDuration(time.Duration(end-ts).Round(time.Second))
+		if i == 4 {
+			label = "now"
+		}
+		v.Ticks = append(v.Ticks, tlTick{X: f1(xOf(ts)), Label: label})
+	}
+	return v
+}
+
+func glyph(t event.Type) string {
+	r := tlMarkR
+	switch t {
+	case event.Failed, event.RenewFailed, event.Lost: // a cross
+		return "M" + f1(-r) + "," + f1(-r) + " L" + f1(r) + "," + f1(r) + " M" + f1(-r) + "," + f1(r) + " L" + f1(r) + "," + f1(-r)
+	case event.Expired, event.Forced: // a diamond
+		return "M0," + f1(-r-1) + " L" + f1(r+1) + ",0 L0," + f1(r+1) + " L" + f1(-r-1) + ",0 Z"
+	case event.Renewed: // a small dot
+		return "M-2,0 a2,2 0 1,0 4,0 a2,2 0 1,0 -4,0"
+	default: // a circle
+		return "M" + f1(-r) + ",0 a" + f1(r) + "," + f1(r) + " 0 1,0 " + f1(2*r) + ",0 a" + f1(r) + "," + f1(r) + " 0 1,0 " + f1(-2*r) + ",0"
+	}
+}
+
+func f1(x float64) string { return strconv.FormatFloat(x, 'f', 1, 64) }

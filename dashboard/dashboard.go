@@ -1,0 +1,186 @@
+// Package dashboard serves lockscope's operator pages and JSON API: the
+// overview of lock activity, every tracked key, one key's detail and the
+// forced release of a stuck lock.
+//
+// Pages are templ components rendered on the server (inline SVG for the
+// pictures, a small script of our own for live refresh; every page works
+// without JavaScript). Data comes from a collector.Querier; forced releases
+// go through a Releaser (a *lock.Client), which deletes a lock only if its
+// value still matches the fingerprint the operator saw.
+//
+// Security model:
+//   - Operator credentials are HTTP basic auth (Username and Password) and/or
+//     a bearer token (Token), compared in constant time.
+//   - Without credentials the dashboard is read-only: release controls are
+//     hidden, a banner says so, and the server refuses every release (403).
+//   - Reading (pages and GET API) is open unless RequireAuthForRead is set:
+//     the default suits a loopback listener or a reverse proxy that does its
+//     own authentication; changing state always needs credentials.
+//   - /healthz, /readyz and /metrics never need credentials.
+//   - State changes only by POST, behind http.CrossOriginProtection.
+//   - Every response carries a Content-Security-Policy with a per-request
+//     nonce (no inline script or style without it, no framing) and
+//     nosniff / no-referrer headers.
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// Releaser inspects and force-releases locks; *lock.Client implements it.
+type Releaser interface {
+	// Inspect returns the current holder of key (lock.ErrNotHeld if none).
+	Inspect(ctx context.Context, key string) (*lock.Holder, error)
+	// ForceRelease deletes key only if its value's fingerprint still matches;
+	// else lock.ErrOwnerChanged (or lock.ErrNotHeld) and nothing changes.
+	ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*lock.Holder, error)
+}
+
+var _ Releaser = (*lock.Client)(nil)
+
+// Options configures the dashboard. The zero value is a read-only dashboard
+// open for reading.
+type Options struct {
+	// Username and Password enable HTTP basic auth for operators. Both or
+	// neither must be set. The user name is recorded as who released a lock.
+	Username, Password string
+	// Token enables "Authorization: Bearer <Token>" for operators (scripts,
+	// the command line). "" disables it.
+	Token string
+	// TokenOperator is recorded as who released a lock with Token; "" means "token".
+	TokenOperator string
+	// RequireAuthForRead makes pages and the GET API need operator
+	// credentials too. Default false: reading is open.
+	RequireAuthForRead bool
+	// Metrics, if set, is served at /metrics without credentials.
+	Metrics http.Handler
+	// TrustedOrigins are origins ("https://locks.example.com") allowed to POST
+	// besides the request's own host, for reverse proxies that rewrite Host.
+	TrustedOrigins []string
+	// Logger receives the audit log of forced releases; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock for "held for" and "ago"; nil means time.Now.
+	Now func() time.Time
+	// HotKeys is how many hot keys the overview lists; 0 means 12.
+	HotKeys int
+	// PageSize is the keys page's rows per page; 0 means 50.
+	PageSize int
+}
+
+// MaxReason caps the length in bytes of a forced release's reason.
+const MaxReason = 500
+
+// server holds what handlers share.
+type server struct {
+	q   collector.Querier
+	rel Releaser
+	opt Options
+	log *slog.Logger
+	now func() time.Time
+}
+
+// New returns the dashboard's handler. rel may be nil: the dashboard is then
+// read-only whatever the credentials.
+func New(q collector.Querier, rel Releaser, opt *Options) (http.Handler, error) {
+	if q == nil {
+		return nil, errors.New("dashboard: nil Querier")
+	}
+	s := &server{q: q, rel: rel}
+	if opt != nil {
+		s.opt = *opt
+	}
+	if (s.opt.Username == "") != (s.opt.Password == "") {
+		return nil, errors.New("dashboard: Username and Password must be set together")
+	}
+	if s.opt.RequireAuthForRead && !s.hasCredentials() {
+		return nil, errors.New("dashboard: RequireAuthForRead needs Username/Password or Token")
+	}
+	s.log = s.opt.Logger
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.now = s.opt.Now
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.opt.TokenOperator == "" {
+		s.opt.TokenOperator = "token"
+	}
+	if s.opt.HotKeys <= 0 {
+		s.opt.HotKeys = 12
+	}
+	if s.opt.PageSize <= 0 {
+		s.opt.PageSize = 50
+	}
+
+	cop := http.NewCrossOriginProtection()
+	for _, o := range s.opt.TrustedOrigins {
+		if err := cop.AddTrustedOrigin(o); err != nil {
+			return nil, err
+		}
+	}
+	cop.SetDenyHandler(http.HandlerFunc(s.crossOriginDenied))
+
+	return s.secure(cop.Handler(s.routes())), nil
+}
+
+// readOnly reports whether releases are impossible by configuration.
+func (s *server) readOnly() bool { return s.rel == nil || !s.hasCredentials() }
+
+func (s *server) hasCredentials() bool { return s.opt.Username != "" || s.opt.Token != "" }
+
+func (s *server) routes() *mux.Router {
+	r := mux.NewRouter()
+	// Keys are escaped into one path segment; match on the escaped path so
+	// an escaped '/' stays inside {key}.
+	r.UseEncodedPath()
+	r.SkipClean(true)
+	r.NotFoundHandler = http.HandlerFunc(s.notFound)
+	r.MethodNotAllowedHandler = http.HandlerFunc(s.methodNotAllowed)
+
+	r.HandleFunc("/healthz", s.healthz).Methods(http.MethodGet, http.MethodHead)
+	r.HandleFunc("/readyz", s.readyz).Methods(http.MethodGet, http.MethodHead)
+	if s.opt.Metrics != nil {
+		r.Handle("/metrics", s.opt.Metrics).Methods(http.MethodGet, http.MethodHead)
+	}
+	r.PathPrefix("/static/").Handler(staticHandler()).Methods(http.MethodGet, http.MethodHead)
+
+	read := func(h http.HandlerFunc) http.Handler { return s.reader(h) }
+	r.Handle("/", read(s.overviewPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/keys", read(s.keysPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/keys/{key}", read(s.keyPage)).Methods(http.MethodGet, http.MethodHead)
+	// GET shows the confirmation (operators only), POST releases.
+	r.Handle("/keys/{key}/release", s.operator(s.releaseConfirmPage, false)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/keys/{key}/release", s.operator(s.releasePage, false)).Methods(http.MethodPost)
+
+	r.Handle("/api/v1/overview", s.apiReader(s.apiOverview)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/hotkeys", s.apiReader(s.apiHotKeys)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/locks", s.apiReader(s.apiLocks)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/locks/{key}", s.apiReader(s.apiLock)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/locks/{key}/release", s.operator(s.apiRelease, true)).Methods(http.MethodPost)
+	return r
+}
+
+func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+}
+
+func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err := s.q.Health(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write([]byte("not ready: " + err.Error() + "\n"))
+		return
+	}
+	w.Write([]byte("ok\n"))
+}

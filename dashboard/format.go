@@ -1,0 +1,216 @@
+package dashboard
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Human units for pages: operators read "3m12s ago" faster than a
+// timestamp, and "1.2 s" faster than 1200000000.
+
+// fmtDuration renders d with at most two units: 850µs, 12ms, 1.4s, 3m12s, 2h05m, 3d04h.
+func fmtDuration(d time.Duration) string {
+	if d < 0 {
+		return "-" + fmtDuration(-d)
+	}
+	switch {
+	case d == 0:
+		return "0"
+	case d < time.Microsecond:
+		return strconv.FormatInt(int64(d), 10) + "ns"
+	case d < time.Millisecond:
+		return strconv.FormatInt(int64(d/time.Microsecond), 10) + "µs"
+	case d < 10*time.Millisecond:
+		return trimFloat(float64(d)/float64(time.Millisecond), 1) + "ms"
+	case d < time.Second:
+		return strconv.FormatInt(int64(d/time.Millisecond), 10) + "ms"
+	case d < 10*time.Second:
+		return trimFloat(float64(d)/float64(time.Second), 2) + "s"
+	case d < time.Minute:
+		return trimFloat(float64(d)/float64(time.Second), 1) + "s"
+	case d < time.Hour:
+		m, s := int64(d/time.Minute), int64(d%time.Minute/time.Second)
+		return strconv.FormatInt(m, 10) + "m" + pad2(s) + "s"
+	case d < 24*time.Hour:
+		h, m := int64(d/time.Hour), int64(d%time.Hour/time.Minute)
+		return strconv.FormatInt(h, 10) + "h" + pad2(m) + "m"
+	default:
+		days, h := int64(d/(24*time.Hour)), int64(d%(24*time.Hour)/time.Hour)
+		return strconv.FormatInt(days, 10) + "d" + pad2(h) + "h"
+	}
+}
+
+// fmtAgo renders how long before now t was; the zero time is "never".
+func fmtAgo(now, t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	d := now.Sub(t)
+	if d < time.Second {
+		if d < -time.Second {
+			return "in " + fmtDuration(-d.Truncate(time.Second))
+		}
+		return "just now"
+	}
+	return fmtDuration(d.Truncate(time.Second)) + " ago"
+}
+
+// fmtBound renders a histogram bound compactly for axis labels: 1ms, 250ms, 2.5s, 5m.
+func fmtBound(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return trimFloat(float64(d)/float64(time.Millisecond), 1) + "ms"
+	case d < time.Minute:
+		return trimFloat(float64(d)/float64(time.Second), 1) + "s"
+	default:
+		return trimFloat(float64(d)/float64(time.Minute), 1) + "m"
+	}
+}
+
+// fmtRate renders an event rate per second.
+func fmtRate(r float64) string {
+	switch {
+	case r == 0:
+		return "0"
+	case r < 10:
+		return trimFloat(r, 2)
+	case r < 1000:
+		return trimFloat(r, 1)
+	default:
+		return fmtCount(int64(math.Round(r)))
+	}
+}
+
+// fmtPercent renders a 0..1 ratio as a percentage.
+func fmtPercent(r float64) string {
+	switch {
+	case r <= 0:
+		return "0%"
+	case r < 0.1:
+		return trimFloat(r*100, 1) + "%"
+	default:
+		return strconv.FormatFloat(math.Round(r*100), 'f', 0, 64) + "%"
+	}
+}
+
+// fmtCount renders n with thousands separators: 100,000.
+func fmtCount[T ~int | ~int64](n T) string {
+	v := int64(n)
+	if v < 0 {
+		return "-" + fmtCount(-v)
+	}
+	s := strconv.FormatInt(v, 10)
+	if len(s) <= 3 {
+		return s
+	}
+	var b strings.Builder
+	head := len(s) % 3
+	b.WriteString(s[:head])
+	for i := head; i < len(s); i += 3 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s[i : i+3])
+	}
+	return b.String()
+}
+
+func fmtClock(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.Format("15:04:05.000")
+}
+
+func fmtTimestamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func trimFloat(f float64, prec int) string {
+	s := strconv.FormatFloat(f, 'f', prec, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(s, "0")
+		s = strings.TrimSuffix(s, ".")
+	}
+	return s
+}
+
+func pad2(n int64) string {
+	if n < 10 {
+		return "0" + strconv.FormatInt(n, 10)
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// displayKey renders a key so that every byte is visible: printable UTF-8
+// stays as it is; control characters and invalid bytes become Go escapes
+// (\n, \x00, \xff) so a newline or a NUL cannot hide inside a key. The
+// second result reports whether anything was escaped. HTML escaping is
+// templ's job, not this function's.
+func displayKey(k string) (string, bool) {
+	clean := true
+	for i := 0; i < len(k); {
+		r, size := utf8.DecodeRuneInString(k[i:])
+		if (r == utf8.RuneError && size == 1) || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
+			clean = false
+			break
+		}
+		i += size
+	}
+	if clean {
+		return k, false
+	}
+	var b strings.Builder
+	b.Grow(len(k) + 8)
+	for i := 0; i < len(k); {
+		r, size := utf8.DecodeRuneInString(k[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b.WriteString(`\x`)
+			b.WriteString(hex2(k[i]))
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(`\x`)
+			b.WriteString(hex2(byte(r)))
+		case (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029':
+			b.WriteString(`\u`)
+			s := strconv.FormatInt(int64(r), 16)
+			b.WriteString(strings.Repeat("0", 4-len(s)) + s)
+		default:
+			b.WriteString(k[i : i+size])
+		}
+		i += size
+	}
+	return b.String(), true
+}
+
+// shortKey cuts a display key for table cells; the full key stays in the
+// title attribute and on the detail page.
+func shortKey(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+func hex2(c byte) string {
+	const digits = "0123456789abcdef"
+	return string([]byte{digits[c>>4], digits[c&0xf]})
+}

@@ -1,0 +1,481 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// render writes a component with status; a render error after the header
+// is out can only be logged.
+func (s *server) render(w http.ResponseWriter, r *http.Request, status int, c templ.Component) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if r.Method == http.MethodHead {
+		return
+	}
+	if err := c.Render(r.Context(), w); err != nil {
+		s.log.Error("dashboard: render", "path", r.URL.Path, "err", err)
+	}
+}
+
+// fail answers an error as a page or as JSON.
+func (s *server) fail(w http.ResponseWriter, r *http.Request, api bool, status int, msg string) {
+	if api {
+		writeJSON(w, r, status, apiError{Error: msg})
+		return
+	}
+	p := s.page(r, statusText(status), "")
+	p.Live = false
+	s.render(w, r, status, errorPage(errorView{Page: p, Status: status, Message: msg}))
+}
+
+func statusText(code int) string { return http.StatusText(code) }
+
+func windowLabel(d time.Duration) string {
+	if d >= time.Hour && d%time.Hour == 0 {
+		return strconv.Itoa(int(d/time.Hour)) + "h"
+	}
+	if d >= time.Minute && d%time.Minute == 0 {
+		return strconv.Itoa(int(d/time.Minute)) + "m"
+	}
+	return d.String()
+}
+
+// parseWindow accepts one of collector.Windows by its label ("5m") or any
+// Go duration equal to one; "" means 5 minutes.
+func parseWindow(s string) (time.Duration, bool) {
+	if s == "" {
+		return 5 * time.Minute, true
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, false
+	}
+	for _, w := range collector.Windows {
+		if w == d {
+			return d, true
+		}
+	}
+	return 0, false
+}
+
+func parseRanking(s string) (collector.Ranking, bool) {
+	switch collector.Ranking(s) {
+	case "", collector.ByContentions:
+		return collector.ByContentions, true
+	case collector.ByWait:
+		return collector.ByWait, true
+	}
+	return "", false
+}
+
+func (s *server) overviewPage(w http.ResponseWriter, r *http.Request) {
+	qs := r.URL.Query()
+	window, ok1 := parseWindow(qs.Get("window"))
+	by, ok2 := parseRanking(qs.Get("by"))
+	if !ok1 || !ok2 {
+		s.fail(w, r, false, http.StatusBadRequest, "window must be one of 1m, 5m, 1h and by one of contentions, wait")
+		return
+	}
+	v := s.overviewView(r, window, by)
+	s.render(w, r, http.StatusOK, overviewPage(v))
+}
+
+const (
+	sideRows        = 8
+	expirationsRows = 8
+	forcedRows      = 6
+)
+
+func (s *server) overviewView(r *http.Request, window time.Duration, by collector.Ranking) overviewView {
+	now := s.now()
+	o := s.q.Overview()
+	v := overviewView{Page: s.page(r, "Overview", "overview"), Window: windowLabel(window), By: string(by)}
+
+	contTone := ""
+	switch {
+	case o.ContentionRatio >= 0.5:
+		contTone = "bad"
+	case o.ContentionRatio >= 0.2:
+		contTone = "warn"
+	}
+	step := "per " + fmtDuration(o.SeriesStep)
+	v.Tiles = []statTile{
+		{ID: "acquire-rate", Label: "Acquisitions", Value: fmtRate(o.AcquireRate), Unit: "/s", Note: "last minute",
+			Href: "/keys?sort=contentions", Spark: newSpark(o.AcquireSeries, 120, 36, fmtRate, "acquisitions "+step)},
+		{ID: "contention", Label: "Contention", Value: fmtPercent(o.ContentionRatio), Note: "had to wait or were refused",
+			Href: "/?window=1m&by=contentions#hot", Tone: contTone, Spark: newSpark(o.ContentionSeries, 120, 36, fmtRate, "contentions "+step)},
+		{ID: "wait-p99", Label: "Wait p99", Value: fmtDuration(o.WaitP99), Note: "last 5 minutes · hold p99 " + fmtDuration(o.HoldP99),
+			Href: "/?window=5m&by=wait#hot", Tone: toneIf(o.WaitP99 >= time.Second, "warn")},
+		{ID: "held", Label: "Held now", Value: fmtCount(o.Held), Note: fmtCount(o.TrackedKeys) + " keys tracked",
+			Href: "/keys?held=1&sort=hold"},
+		{ID: "waiters", Label: "Waiting", Value: fmtCount(o.Waiters), Note: "callers blocked on a lock",
+			Href: "/keys?held=1&sort=contentions", Tone: toneIf(o.Waiters > 0 && o.Waiters >= o.Held && o.Held > 0, "warn")},
+		{ID: "stuck", Label: "Stuck", Value: fmtCount(o.Stuck), Note: "held past the stuck threshold",
+			Href: "#stuck", Tone: toneIf(o.Stuck > 0, "bad")},
+		{ID: "expirations", Label: "Expirations", Value: fmtCount(o.Expirations5m), Note: "TTL lapsed while held · 5 min",
+			Href: "#expirations", Tone: toneIf(o.Expirations5m > 0, "warn")},
+		{ID: "forced", Label: "Forced releases", Value: fmtCount(o.Forced5m), Note: fmtCount(o.Failures5m) + " failed acquisitions · 5 min",
+			Href: "#forced", Tone: toneIf(o.Forced5m > 0, "warn")},
+	}
+
+	for _, d := range collector.Windows {
+		l := windowLabel(d)
+		v.WindowTabs = append(v.WindowTabs, tab{Label: l, Href: "/?window=" + l + "&by=" + string(by) + "#hot", Active: d == window})
+	}
+	for _, b := range []collector.Ranking{collector.ByContentions, collector.ByWait} {
+		v.ByTabs = append(v.ByTabs, tab{Label: string(b), Href: "/?window=" + v.Window + "&by=" + string(b) + "#hot", Active: b == by})
+	}
+
+	hot := s.q.HotKeys(window, by, s.opt.HotKeys)
+	var top float64
+	for _, h := range hot {
+		top = max(top, rankValue(h, by))
+	}
+	for i, h := range hot {
+		row := hotRow{
+			Rank: i + 1, Key: newKeyCell(h.Key), Class: h.Class,
+			Contentions: fmtCount(h.Contentions), Wait: fmtDuration(h.Wait), Acquisitions: fmtCount(h.Acquisitions),
+			Bar: meter(rankValue(h, by), top),
+		}
+		if h.Error > 0 {
+			row.Approx = fmtCount(h.Error)
+			if by == collector.ByWait {
+				row.Approx = fmtDuration(time.Duration(h.Error))
+			}
+		}
+		v.Hot = append(v.Hot, row)
+	}
+
+	stuck := s.q.Stuck()
+	v.StuckTotal = len(stuck)
+	for _, l := range stuck[:min(len(stuck), sideRows)] {
+		row := stuckRow{Key: newKeyCell(l.Key), HeldFor: fmtDuration(l.HeldFor(now).Truncate(time.Second)), Waiters: fmtCount(l.Waiters)}
+		row.Owner, row.OwnerT = ownerText(l.Owner)
+		v.Stuck = append(v.Stuck, row)
+	}
+	for _, e := range s.q.Expirations(expirationsRows) {
+		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)), Confirmed: e.Confirmed}
+		row.Owner, row.OwnerT = ownerText(e.Owner)
+		v.Expirations = append(v.Expirations, row)
+	}
+	for _, f := range s.q.ForcedReleases(forcedRows) {
+		by, _ := displayKey(f.By)
+		reason, _ := displayKey(f.Reason)
+		row := forcedRow{Key: newKeyCell(f.Key), By: by, Reason: reason, Ago: fmtAgo(now, f.At)}
+		row.Owner, row.OwnerT = ownerText(f.Owner)
+		v.Forced = append(v.Forced, row)
+	}
+	v.Footer = []footerItem{
+		{"events", fmtCount(o.EventsTotal)},
+		{"last event", fmtAgo(now, o.LastEvent)},
+		{"malformed", fmtCount(o.Malformed)},
+		{"dropped by emitters", fmtCount(o.Dropped)},
+		{"tracked keys", fmtCount(o.TrackedKeys)},
+		{"hold p99", fmtDuration(o.HoldP99)},
+	}
+	return v
+}
+
+func rankValue(h collector.HotKey, by collector.Ranking) float64 {
+	if by == collector.ByWait {
+		return float64(h.Wait)
+	}
+	return float64(h.Contentions)
+}
+
+func toneIf(cond bool, tone string) string {
+	if cond {
+		return tone
+	}
+	return ""
+}
+
+// lockQuery reads the keys page's (and the locks API's) filters.
+func lockQuery(qs url.Values) (collector.LockQuery, error) {
+	lq := collector.LockQuery{
+		Search:   qs.Get("q"),
+		Class:    qs.Get("class"),
+		HeldOnly: qs.Get("held") == "1" || qs.Get("held") == "true",
+		Sort:     collector.LockSort(qs.Get("sort")),
+	}
+	if len(lq.Search) > 1024 {
+		return lq, errors.New("search is longer than 1024 bytes")
+	}
+	switch lq.Sort {
+	case "":
+		lq.Sort = collector.SortContentions
+	case collector.SortKey, collector.SortContentions, collector.SortWait, collector.SortHold:
+	default:
+		return lq, errors.New("sort must be one of key, contentions, wait, hold")
+	}
+	switch qs.Get("order") {
+	case "asc":
+		lq.Asc = true
+	case "", "desc":
+	default:
+		return lq, errors.New("order must be asc or desc")
+	}
+	return lq, nil
+}
+
+func atoiDefault(s string, def, lo, hi int) (int, bool) {
+	if s == "" {
+		return def, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return 0, false
+	}
+	return n, true
+}
+
+func (s *server) keysPage(w http.ResponseWriter, r *http.Request) {
+	qs := r.URL.Query()
+	lq, err := lockQuery(qs)
+	pageN, ok := atoiDefault(qs.Get("page"), 1, 1, 1<<30)
+	if err != nil || !ok {
+		msg := "page must be a positive number"
+		if err != nil {
+			msg = err.Error()
+		}
+		s.fail(w, r, false, http.StatusBadRequest, msg)
+		return
+	}
+	s.render(w, r, http.StatusOK, keysPage(s.keysView(r, lq, pageN)))
+}
+
+func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) keysView {
+	now := s.now()
+	size := s.opt.PageSize
+	lq.Limit = size
+	lq.Offset = (pageN - 1) * size
+	res := s.q.Locks(lq)
+	pages := max(1, (res.Total+size-1)/size)
+	if pageN > pages && res.Total > 0 {
+		// Past the end (the set shrank since the link was made): show the last page.
+		pageN = pages
+		lq.Offset = (pageN - 1) * size
+		res = s.q.Locks(lq)
+	}
+	v := keysView{
+		Page:     s.page(r, "Keys", "keys"),
+		Search:   lq.Search,
+		Class:    lq.Class,
+		HeldOnly: lq.HeldOnly,
+		Sort:     string(lq.Sort),
+		Asc:      lq.Asc,
+		Classes:  s.q.Classes(),
+		Total:    fmtCount(res.Total),
+		PageN:    pageN,
+		Pages:    pages,
+	}
+	for _, so := range []collector.LockSort{collector.SortContentions, collector.SortWait, collector.SortHold, collector.SortKey} {
+		v.Sorts = append(v.Sorts, tab{Label: string(so), Active: so == lq.Sort})
+	}
+	from := min(lq.Offset+1, res.Total)
+	v.From, v.To = fmtCount(from), fmtCount(lq.Offset+len(res.Locks))
+	link := func(n int) string {
+		q := url.Values{}
+		if lq.Search != "" {
+			q.Set("q", lq.Search)
+		}
+		if lq.Class != "" {
+			q.Set("class", lq.Class)
+		}
+		if lq.HeldOnly {
+			q.Set("held", "1")
+		}
+		q.Set("sort", string(lq.Sort))
+		if n > 1 {
+			q.Set("page", strconv.Itoa(n))
+		}
+		return "/keys?" + q.Encode()
+	}
+	if pageN > 1 {
+		v.PrevHref = link(pageN - 1)
+	}
+	if pageN < pages {
+		v.NextHref = link(pageN + 1)
+	}
+	switch {
+	case res.Total > 0:
+	case lq.Search != "" || lq.Class != "" || lq.HeldOnly:
+		v.Empty = "No tracked key matches these filters."
+	default:
+		v.Empty = "No keys tracked yet. Keys appear with the first event an instrumented client sends."
+	}
+	for _, l := range res.Locks {
+		row := lockRow{
+			Key: newKeyCell(l.Key), Class: l.Class, Held: l.Held, Stuck: l.Stuck, Passive: l.Passive,
+			Waiters: fmtCount(l.Waiters), Acquisitions: fmtCount(l.Acquisitions), Contentions: fmtCount(l.Contentions),
+			WaitAvg: avg(l.WaitTotal, l.Acquisitions), HoldAvg: avg(l.HoldTotal, l.Acquisitions),
+			LastEvent: fmtAgo(now, l.LastEvent), HeldFor: "—",
+		}
+		if l.Held {
+			row.Owner, row.OwnerT = ownerText(l.Owner)
+			if !l.Since.IsZero() {
+				row.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
+			}
+		}
+		v.Rows = append(v.Rows, row)
+	}
+	return v
+}
+
+func avg(total time.Duration, n int64) string {
+	if n <= 0 {
+		return "—"
+	}
+	return fmtDuration(total / time.Duration(n))
+}
+
+// inspectTimeout bounds the one Redis round trip a key page makes.
+const inspectTimeout = 2 * time.Second
+
+// inspect asks Redis for key's holder: nil and no error when it is not held
+// (or there is no lock client to ask).
+func (s *server) inspect(ctx context.Context, key string) (*lock.Holder, error) {
+	if s.rel == nil {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, inspectTimeout)
+	defer cancel()
+	h, err := s.rel.Inspect(ctx, key)
+	if errors.Is(err, lock.ErrNotHeld) {
+		return nil, nil
+	}
+	return h, err
+}
+
+// redisNote says what Redis answered, for the holder card.
+func (s *server) redisNote(h *lock.Holder, err error) string {
+	switch {
+	case err != nil:
+		return "Redis could not be asked: " + err.Error()
+	case h == nil && s.rel != nil:
+		return "Redis holds no such lock now."
+	}
+	return ""
+}
+
+func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
+	key, ok := keyFromRequest(r)
+	if !ok {
+		s.fail(w, r, false, http.StatusBadRequest, "bad key in path")
+		return
+	}
+	d, known := s.q.Lock(key)
+	redisHolder, err := s.inspect(r.Context(), key)
+	note := s.redisNote(redisHolder, err)
+	if !known && redisHolder == nil {
+		s.fail(w, r, false, http.StatusNotFound, "lockscope has seen no event for this key and Redis holds no such lock")
+		return
+	}
+	s.render(w, r, http.StatusOK, keyPage(s.keyView(r, key, d, known, redisHolder, note)))
+}
+
+const eventRows = 40
+
+func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, known bool, rh *lock.Holder, note string) keyView {
+	now := s.now()
+	v := keyView{
+		Page:        s.page(r, "Key", "keys"),
+		Key:         newKeyCell(key),
+		Bytes:       fmtCount(len(key)) + " bytes",
+		Class:       d.Class,
+		Known:       known,
+		RedisNote:   note,
+		ReleaseHref: releasePath(key),
+	}
+	if v.Class == "" {
+		v.Class = "unclassified"
+	}
+	v.Page.Title = shortKey(v.Key.Full, 60)
+	v.Holder = s.holderFromInfo(d.LockInfo, now)
+	if rh != nil {
+		v.Redis = holderFromLock(rh, now)
+		v.Redis.Waiters = fmtCount(d.Waiters)
+		v.Redis.Stuck = d.Stuck
+		v.Redis.Passive = d.Passive
+		v.Redis.Fingerprint = "" // shown on the confirmation, where it matters
+	}
+	switch {
+	case d.Stuck:
+		v.State = "stuck"
+	case d.Held || rh != nil:
+		v.State = "held"
+	default:
+		v.State = "free"
+	}
+	v.CanRelease = !s.readOnly() && rh != nil
+	v.Stats = []footerItem{
+		{"Acquired", fmtCount(d.Acquisitions)},
+		{"Contentions", fmtCount(d.Contentions)},
+		{"Failed", fmtCount(d.Failures)},
+		{"Avg wait", avg(d.WaitTotal, d.Acquisitions)},
+		{"Avg hold", avg(d.HoldTotal, d.Acquisitions)},
+		{"Last event", fmtAgo(now, d.LastEvent)},
+	}
+	v.Rate = newSpark(d.AcquireSeries, 600, 56, fmtRate, "acquisitions per second")
+	v.RateStep = fmtDuration(d.SeriesStep)
+	v.Wait = newDist("Wait", d.Wait)
+	v.Hold = newDist("Hold", d.Hold)
+	v.Timeline = newTimeline(d.Recent, now)
+	for _, e := range d.Recent[:min(len(d.Recent), eventRows)] {
+		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), Type: e.Type.String(), Detail: eventDetail(e)}
+		row.Owner, row.OwnerT = ownerText(e.Owner)
+		v.Events = append(v.Events, row)
+	}
+	return v
+}
+
+func eventDetail(e event.Event) string {
+	var parts []string
+	if e.Wait > 0 {
+		parts = append(parts, "waited "+fmtDuration(e.Wait))
+	}
+	if e.Hold > 0 {
+		parts = append(parts, "held "+fmtDuration(e.Hold))
+	}
+	if e.TTL > 0 {
+		parts = append(parts, "ttl "+fmtDuration(e.TTL))
+	}
+	if e.Attempts > 1 {
+		parts = append(parts, strconv.Itoa(e.Attempts)+" attempts")
+	}
+	if e.Fence != 0 {
+		parts = append(parts, "fence "+strconv.FormatInt(e.Fence, 10))
+	}
+	if e.Holder != "" {
+		h, _ := displayKey(e.Holder)
+		parts = append(parts, "held by "+shortKey(h, 40))
+	}
+	if e.By != "" {
+		b, _ := displayKey(e.By)
+		parts = append(parts, "by "+b)
+	}
+	if e.Reason != "" {
+		rs, _ := displayKey(e.Reason)
+		parts = append(parts, "reason: "+shortKey(rs, 120))
+	}
+	if e.Count > 0 {
+		parts = append(parts, strconv.FormatInt(e.Count, 10)+" dropped")
+	}
+	if e.Degraded {
+		parts = append(parts, "degraded")
+	}
+	return strings.Join(parts, " · ")
+}

@@ -1,0 +1,318 @@
+package dashboard
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// View models: small structs of display-ready strings that the templ
+// components turn into markup. Building them is the handlers' job; the
+// components make no decisions beyond showing or hiding.
+
+// page is what every page shares.
+type page struct {
+	Title    string
+	Nav      string // "overview", "keys" or "" (highlights the nav link)
+	Nonce    string
+	ReadOnly bool   // releases disabled by configuration
+	Operator string // the signed-in operator, "" if anonymous
+	Ingest   string // why the collector is not ingesting, "" when healthy
+	Live     bool   // the page refreshes itself (not forms)
+	Clock    string // when the page was rendered
+}
+
+func (s *server) page(r *http.Request, title, nav string) page {
+	p := page{
+		Title:    title,
+		Nav:      nav,
+		Nonce:    nonceFrom(r.Context()),
+		ReadOnly: s.readOnly(),
+		Operator: operatorFrom(r.Context()),
+		Live:     true,
+		Clock:    s.now().Format("15:04:05"),
+	}
+	if err := s.q.Health(); err != nil {
+		p.Ingest = err.Error()
+	}
+	return p
+}
+
+// keyCell is how a key shows in tables: cut for the cell, full on hover.
+type keyCell struct {
+	Href    string
+	Text    string // display form, shortened
+	Full    string // display form, complete
+	Escaped bool   // the display form escapes control or invalid bytes
+}
+
+const keyCellMax = 80
+
+func newKeyCell(key string) keyCell {
+	disp, esc := displayKey(key)
+	return keyCell{Href: keyPath(key), Text: shortKey(disp, keyCellMax), Full: disp, Escaped: esc}
+}
+
+func ownerText(owner string) (short, full string) {
+	disp, _ := displayKey(owner)
+	return shortKey(disp, 48), disp
+}
+
+// statTile is one headline figure on the overview.
+type statTile struct {
+	ID    string // data-testid: "stat-" + ID
+	Label string
+	Value string
+	Unit  string
+	Note  string
+	Href  string // what explains the figure
+	Tone  string // "", "warn" or "bad"
+	Spark *spark
+}
+
+// tab is a link that selects a view (window, ranking, sort).
+type tab struct {
+	Label  string
+	Href   string
+	Active bool
+}
+
+type overviewView struct {
+	Page        page
+	Tiles       []statTile
+	Window      string
+	By          string
+	WindowTabs  []tab
+	ByTabs      []tab
+	Hot         []hotRow
+	Stuck       []stuckRow
+	StuckTotal  int
+	Expirations []expirationRow
+	Forced      []forcedRow
+	Footer      []footerItem
+}
+
+type hotRow struct {
+	Rank         int
+	Key          keyCell
+	Class        string
+	Contentions  string
+	Wait         string
+	Acquisitions string
+	Bar          string // meter width 0..100 of the ranked figure
+	Approx       string // space-saving bound, "" when exact
+}
+
+type stuckRow struct {
+	Key     keyCell
+	Owner   string
+	OwnerT  string
+	HeldFor string
+	Waiters string
+	TTL     string
+}
+
+type expirationRow struct {
+	Key       keyCell
+	Owner     string
+	OwnerT    string
+	Ago       string
+	Held      string
+	Confirmed bool
+}
+
+type forcedRow struct {
+	Key    keyCell
+	Owner  string
+	OwnerT string
+	By     string
+	Reason string
+	Ago    string
+}
+
+type footerItem struct{ Label, Value string }
+
+type keysView struct {
+	Page     page
+	Search   string
+	Class    string
+	HeldOnly bool
+	Sort     string
+	Asc      bool
+	Classes  []string
+	Sorts    []tab // sort choices as links (column headers)
+	Rows     []lockRow
+	Total    string
+	From, To string
+	PrevHref string
+	NextHref string
+	PageN    int
+	Pages    int
+	Empty    string // what to say when nothing matches
+}
+
+type lockRow struct {
+	Key          keyCell
+	Class        string
+	Held         bool
+	Stuck        bool
+	Passive      bool
+	Owner        string
+	OwnerT       string
+	HeldFor      string
+	Waiters      string
+	Acquisitions string
+	Contentions  string
+	WaitAvg      string
+	HoldAvg      string
+	LastEvent    string
+}
+
+type keyView struct {
+	Page        page
+	Key         keyCell
+	Bytes       string // key length in bytes
+	Class       string
+	Known       bool // the collector tracks the key
+	State       string
+	Holder      *holderView // who holds it per the collector
+	Redis       *holderView // who holds it per Redis right now
+	RedisNote   string      // "not held in Redis", or an error
+	Stats       []footerItem
+	Rate        *spark
+	RateStep    string
+	Wait        distView
+	Hold        distView
+	Timeline    timelineView
+	Events      []eventRow
+	ReleaseHref string
+	CanRelease  bool
+}
+
+type holderView struct {
+	Owner       string
+	OwnerT      string
+	Lease       string
+	Since       string
+	SinceAgo    string
+	HeldFor     string
+	TTL         string
+	Fence       string
+	Fingerprint string
+	Foreign     bool
+	Degraded    bool
+	Passive     bool
+	Stuck       bool
+	Waiters     string
+}
+
+type eventRow struct {
+	Clock  string
+	Ago    string
+	Type   string
+	Owner  string
+	OwnerT string
+	Detail string
+}
+
+type releaseView struct {
+	Page        page
+	Key         keyCell
+	Holder      holderView
+	Fingerprint string
+	Action      string
+	Reason      string
+	Error       string
+	MaxReason   int
+	Back        string
+}
+
+type releaseResultView struct {
+	Page      page
+	Key       keyCell
+	Outcome   string // "released", "owner-changed", "not-held"
+	Heading   string
+	Message   string
+	Previous  *holderView // the holder that was released
+	Current   *holderView // the holder now, after an owner change
+	By        string
+	Reason    string
+	RetryHref string
+	Back      string
+}
+
+type errorView struct {
+	Page    page
+	Status  int
+	Message string
+}
+
+func (s *server) holderFromInfo(l collector.LockInfo, now time.Time) *holderView {
+	if !l.Held {
+		return nil
+	}
+	h := &holderView{
+		Lease:    l.Lease,
+		Fence:    fenceText(l.Fence),
+		Degraded: l.Degraded,
+		Passive:  l.Passive,
+		Stuck:    l.Stuck,
+		Waiters:  fmtCount(l.Waiters),
+	}
+	h.OwnerT, h.Owner = ownerText(l.Owner)
+	if !l.Since.IsZero() {
+		h.Since = fmtClock(l.Since)
+		h.SinceAgo = fmtAgo(now, l.Since)
+		h.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
+	}
+	if !l.ExpiresAt.IsZero() {
+		h.TTL = fmtDuration(l.ExpiresAt.Sub(now).Truncate(time.Millisecond))
+		if l.ExpiresAt.Before(now) {
+			h.TTL = "expired " + fmtAgo(now, l.ExpiresAt)
+		}
+	} else if l.TTL > 0 {
+		h.TTL = fmtDuration(l.TTL)
+	}
+	return h
+}
+
+func holderFromLock(h *lock.Holder, now time.Time) *holderView {
+	v := &holderView{
+		Lease:       h.Lease,
+		Fence:       fenceText(h.Fence),
+		TTL:         ttlText(h.TTL),
+		Fingerprint: h.Fingerprint,
+		Foreign:     h.Foreign,
+		Degraded:    h.Degraded,
+	}
+	v.OwnerT, v.Owner = ownerText(h.Owner)
+	if !h.Since.IsZero() {
+		v.Since = fmtClock(h.Since)
+		v.SinceAgo = fmtAgo(now, h.Since)
+		v.HeldFor = fmtDuration(now.Sub(h.Since).Truncate(time.Millisecond))
+	}
+	return v
+}
+
+func ttlText(d time.Duration) string {
+	if d < 0 {
+		return "no expiry"
+	}
+	return fmtDuration(d.Truncate(time.Millisecond))
+}
+
+func fenceText(f int64) string {
+	if f == 0 {
+		return ""
+	}
+	return fmtCount(f)
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
