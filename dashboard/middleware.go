@@ -52,9 +52,9 @@ func operatorFrom(ctx context.Context) string {
 type authResult int
 
 const (
-	authNone  authResult = iota // no credentials offered
-	authBad                     // credentials offered and wrong
-	authGood                    // an operator
+	authNone authResult = iota // no credentials offered
+	authBad                    // credentials offered and wrong
+	authGood                   // an operator
 )
 
 // authenticate checks the request's Authorization header against the

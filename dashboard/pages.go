@@ -380,6 +380,10 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 	d, known := s.q.Lock(key)
 	redisHolder, err := s.inspect(r.Context(), key)
 	note := s.redisNote(redisHolder, err)
+	if !known && err != nil {
+		s.fail(w, r, false, http.StatusBadGateway, "lockscope has seen no event for this key and "+note)
+		return
+	}
 	if !known && redisHolder == nil {
 		s.fail(w, r, false, http.StatusNotFound, "lockscope has seen no event for this key and Redis holds no such lock")
 		return

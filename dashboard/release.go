@@ -72,7 +72,10 @@ func (s *server) forceRelease(ctx context.Context, key, operator string, req rel
 		return releaseOutcome{status: http.StatusOK, kind: "released", previous: prev}
 	case errors.Is(err, lock.ErrOwnerChanged):
 		s.log.Warn("lockscope: forced release refused, owner changed", "by", operator, "key", key, "fingerprint", req.Fingerprint)
-		cur, _ := s.rel.Inspect(ctx, key)
+		cur := prev // ForceRelease answers the holder it found instead
+		if cur == nil {
+			cur, _ = s.inspect(ctx, key)
+		}
 		return releaseOutcome{status: http.StatusConflict, kind: "owner-changed", current: cur, err: err}
 	case errors.Is(err, lock.ErrNotHeld):
 		return releaseOutcome{status: http.StatusNotFound, kind: "not-held", err: err}

@@ -1,0 +1,113 @@
+package dashboard
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFmtDuration(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0"},
+		{850 * time.Microsecond, "850µs"},
+		{1500 * time.Microsecond, "1.5ms"},
+		{12 * time.Millisecond, "12ms"},
+		{999 * time.Millisecond, "999ms"},
+		{1200 * time.Millisecond, "1.2s"},
+		{42 * time.Second, "42s"},
+		{3*time.Minute + 12*time.Second, "3m12s"},
+		{2*time.Hour + 5*time.Minute, "2h05m"},
+		{76 * time.Hour, "3d04h"},
+		{-2 * time.Second, "-2s"},
+	} {
+		if got := fmtDuration(c.d); got != c.want {
+			t.Errorf("fmtDuration(%v) = %q, want %q", c.d, got, c.want)
+		}
+	}
+}
+
+func TestFmtAgo(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Time{}, "never"},
+		{now.Add(-300 * time.Millisecond), "just now"},
+		{now.Add(-(3*time.Minute + 12*time.Second + 400*time.Millisecond)), "3m12s ago"},
+		{now.Add(5 * time.Second), "in 5s"},
+	} {
+		if got := fmtAgo(now, c.t); got != c.want {
+			t.Errorf("fmtAgo(%v) = %q, want %q", c.t, got, c.want)
+		}
+	}
+}
+
+func TestFmtNumbers(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{fmtCount(0), "0"},
+		{fmtCount(999), "999"},
+		{fmtCount(1000), "1,000"},
+		{fmtCount(100000), "100,000"},
+		{fmtCount(int64(-1234567)), "-1,234,567"},
+		{fmtRate(0), "0"},
+		{fmtRate(3.14159), "3.14"},
+		{fmtRate(123.45), "123.5"},
+		{fmtRate(12345), "12,345"},
+		{fmtPercent(0), "0%"},
+		{fmtPercent(0.034), "3.4%"},
+		{fmtPercent(0.42), "42%"},
+		{fmtBound(2500 * time.Millisecond), "2.5s"},
+		{fmtBound(5 * time.Minute), "5m"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}
+
+func TestDisplayKey(t *testing.T) {
+	for _, c := range []struct {
+		key, want string
+		escaped   bool
+	}{
+		{"workflow:123", "workflow:123", false},
+		{"<script>alert(1)</script>", "<script>alert(1)</script>", false}, // templ escapes HTML
+		{"naïve/日本", "naïve/日本", false},
+		{"a\nb", `a\nb`, true},
+		{"a\x00b\\", `a\x00b\\`, true},
+		{"bad\xff\xfe", `bad\xff\xfe`, true},
+		{"ls\u2028x", `ls\u2028x`, true},
+	} {
+		got, esc := displayKey(c.key)
+		if got != c.want || esc != c.escaped {
+			t.Errorf("displayKey(%q) = %q, %v, want %q, %v", c.key, got, esc, c.want, c.escaped)
+		}
+	}
+}
+
+func TestShortKey(t *testing.T) {
+	long := strings.Repeat("日", 100) // 3 bytes each
+	got := shortKey(long, 80)
+	if !strings.HasSuffix(got, "…") || len(got) > 80+len("…") {
+		t.Errorf("shortKey(300 bytes, 80) = %d bytes %q, want at most 80 bytes and an ellipsis", len(got), got)
+	}
+	if strings.ContainsRune(strings.TrimSuffix(got, "…"), '\uFFFD') {
+		t.Errorf("shortKey cut inside a rune: %q", got)
+	}
+	if got := shortKey("short", 80); got != "short" {
+		t.Errorf("shortKey(%q) = %q, want it unchanged", "short", got)
+	}
+}
+
+func TestEscapeKeyRoundTrip(t *testing.T) {
+	for _, key := range hostileKeys() {
+		esc := escapeKey(key)
+		if strings.ContainsAny(esc, "/?#. \n") {
+			t.Errorf("escapeKey(%.40q) = %.60q, contains a character that is not safe in one path segment", key, esc)
+		}
+	}
+}

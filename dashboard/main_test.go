@@ -1,0 +1,9 @@
+package dashboard
+
+import (
+	"testing"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
