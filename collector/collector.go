@@ -1,0 +1,267 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// Defaults of Options.
+const (
+	DefaultGroup        = "lockscope"
+	DefaultCount        = 64
+	DefaultBlock        = 500 * time.Millisecond
+	DefaultClaimMinIdle = 30 * time.Second
+	DefaultBackfill     = 5 * time.Minute
+)
+
+// How often Run calls Aggregator.Tick and polls the stream's lag.
+const (
+	tickEvery  = 100 * time.Millisecond
+	statsEvery = time.Second
+)
+
+// Options configures a Collector. The zero value of every field is usable and
+// documented.
+type Options struct {
+	// Stream is the stream key events are read from. "" means
+	// event.DefaultStream.
+	Stream string
+	// Group is the consumer group. "" means "lockscope". Collectors sharing a
+	// group split the stream between them (and take over each other's
+	// unacknowledged entries); replicas that must each see every event need
+	// their own group.
+	Group string
+	// Consumer names this collector within the group. "" means
+	// "<hostname>-<pid>". A restarted collector with the same name first
+	// re-reads its own unacknowledged entries.
+	Consumer string
+	// Count is the number of entries asked for per XREADGROUP. 0 means 64;
+	// an entry written by the Go emitter packs up to ~512 events.
+	Count int
+	// Block is how long one XREADGROUP waits for new entries. 0 means
+	// 500ms. New entries are delivered the moment they are written whatever
+	// Block is; Block bounds how long Run takes to return after its context
+	// is cancelled.
+	Block time.Duration
+	// ClaimMinIdle is how long another consumer's entry must have been
+	// pending (read, never acknowledged: that collector died) before this
+	// one claims it with XAUTOCLAIM, at start and every ClaimMinIdle/2.
+	// 0 means 30s.
+	ClaimMinIdle time.Duration
+	// Backfill applies only when the group does not exist yet (the first
+	// collector ever): the group is created at the stream position this
+	// long ago by the Redis server's clock, so events written shortly before
+	// the first collector started are counted while a long history is not
+	// replayed. 0 means 5m; negative means "$" (only events written from
+	// now on).
+	Backfill time.Duration
+	// Watch are Redis glob patterns of keys locked by other libraries
+	// (redis-py, node-redlock, redsync, redislock) to follow passively
+	// through keyspace notifications, e.g. "lock:*". nil means none; the
+	// "expired" notifications that confirm expirations are followed anyway.
+	Watch []string
+	// Logger receives the collector's logs. nil means slog.Default().
+	Logger *slog.Logger
+	// Now stamps the events the passive watcher synthesizes. nil means
+	// time.Now; pass the Aggregator's clock when it has one.
+	Now func() time.Time
+}
+
+func (o Options) withDefaults() Options {
+	if o.Stream == "" {
+		o.Stream = event.DefaultStream
+	}
+	if o.Group == "" {
+		o.Group = DefaultGroup
+	}
+	if o.Consumer == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "collector"
+		}
+		o.Consumer = host + "-" + strconv.Itoa(os.Getpid())
+	}
+	if o.Count <= 0 {
+		o.Count = DefaultCount
+	}
+	if o.Block <= 0 {
+		o.Block = DefaultBlock
+	}
+	if o.ClaimMinIdle <= 0 {
+		o.ClaimMinIdle = DefaultClaimMinIdle
+	}
+	if o.Backfill == 0 {
+		o.Backfill = DefaultBackfill
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
+
+// Collector feeds an Aggregator from Redis: the event stream through a
+// consumer group, "expired" keyspace notifications, and the passive watch of
+// other libraries' locks.
+type Collector struct {
+	rdb redis.UniversalClient
+	agg *Aggregator
+	opt Options
+	log *slog.Logger
+
+	running atomic.Bool
+	gaps    gapTracker
+
+	// Written by the applier, read by the fetcher when it must recreate
+	// the group.
+	mu          sync.Mutex
+	lastApplied string // highest entry ID applied (acked or not)
+
+	groupGen atomic.Uint64 // bumped whenever this collector (re)creates the group
+	entries  atomic.Int64  // entries applied, malformed included
+	applied  atomic.Int64  // events passed to Aggregator.Apply from the stream
+}
+
+// New returns a Collector reading from rdb into agg. opt may be nil.
+func New(rdb redis.UniversalClient, agg *Aggregator, opt *Options) *Collector {
+	var o Options
+	if opt != nil {
+		o = *opt
+	}
+	o = o.withDefaults()
+	return &Collector{
+		rdb: rdb,
+		agg: agg,
+		opt: o,
+		log: o.Logger.With("component", "collector", "stream", o.Stream, "group", o.Group),
+	}
+}
+
+var (
+	errStarting = errors.New("collector: starting, consumer group not ready yet")
+	errStopped  = errors.New("collector: stopped")
+)
+
+// Run ingests until ctx is cancelled, then acknowledges what it applied and
+// returns nil. Redis errors never end Run: it reports them through the
+// Aggregator's health, keeps the last state and reconnects with backoff.
+func (c *Collector) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("collector: Run called while already running")
+	}
+	defer c.running.Store(false)
+	c.agg.SetHealth(errStarting)
+	defer c.agg.SetHealth(errStopped)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	spawn := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(ctx) }()
+	}
+	spawn(c.tick)
+	spawn(c.pollStats)
+	spawn(c.watch)
+	c.ingest(ctx)
+	cancel()
+	wg.Wait()
+	return nil
+}
+
+func (c *Collector) tick(ctx context.Context) {
+	t := time.NewTicker(tickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.agg.Tick()
+		}
+	}
+}
+
+// backoff spaces out retries against an unreachable Redis: doubling from
+// 50ms, capped at 2s, with jitter so replicas do not retry in step.
+type backoff struct{ cur time.Duration }
+
+const (
+	backoffMin = 50 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+func (b *backoff) next() time.Duration {
+	switch {
+	case b.cur == 0:
+		b.cur = backoffMin
+	case b.cur < backoffMax:
+		b.cur = min(2*b.cur, backoffMax)
+	}
+	return b.cur/2 + rand.N(b.cur/2+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// streamID is a parsed stream entry ID, ordered like Redis orders them.
+type streamID struct{ ms, seq uint64 }
+
+func parseID(s string) (streamID, bool) {
+	msPart, seqPart, ok := cutByte(s, '-')
+	ms, err1 := strconv.ParseUint(msPart, 10, 64)
+	if !ok {
+		return streamID{ms: ms}, err1 == nil
+	}
+	seq, err2 := strconv.ParseUint(seqPart, 10, 64)
+	return streamID{ms, seq}, err1 == nil && err2 == nil
+}
+
+func cutByte(s string, b byte) (before, after string, found bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+func (a streamID) less(b streamID) bool {
+	return a.ms < b.ms || a.ms == b.ms && a.seq < b.seq
+}
+
+func (a streamID) String() string { return fmt.Sprintf("%d-%d", a.ms, a.seq) }
+
+// idLess reports whether stream ID a sorts before b; unparsable IDs sort first.
+func idLess(a, b string) bool {
+	x, okA := parseID(a)
+	y, okB := parseID(b)
+	if !okA || !okB {
+		return !okA && okB
+	}
+	return x.less(y)
+}

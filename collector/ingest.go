@@ -1,0 +1,405 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/redis/go-redis/v9"
+)
+
+// Stream ingest: one fetcher goroutine reads entries through the consumer
+// group and hands them to the applier (the goroutine of Run) over a channel
+// holding one batch, so reading the next batch overlaps aggregating this
+// one. An entry is acknowledged only after the Aggregator has applied it;
+// a collector that dies between the two leaves the entry pending, and the
+// next collector claims it.
+
+// batch is what one read returned.
+type batch struct {
+	msgs []redis.XMessage
+	// claimed marks entries that were delivered before (XAUTOCLAIM, or this
+	// consumer's own pending list): some may be entries this process
+	// applied but could not acknowledge.
+	claimed bool
+	gen     uint64 // the group incarnation the entries were read from
+}
+
+// ackTimeout bounds the final acknowledgements, which run after Run's context
+// is cancelled.
+const ackTimeout = 5 * time.Second
+
+// maxUnacked bounds the applied entries whose XACK failed and is retried; past
+// it the oldest are forgotten (claimed and applied again by the next
+// collector, never lost).
+const maxUnacked = 1 << 16
+
+func (c *Collector) ingest(ctx context.Context) {
+	ch := make(chan batch, 1)
+	go c.fetch(ctx, ch)
+	a := applier{c: c, unacked: make(map[string]struct{})}
+	for b := range ch {
+		a.apply(b)
+	}
+	a.retryAcks()
+	a.malformed.flush(c.log)
+}
+
+type fetcher struct {
+	c       *Collector
+	bo      backoff
+	healthy bool
+	failing string    // text of the failure last reported
+	logged  time.Time // when that failure was last logged
+}
+
+// fetch reads until ctx is done and closes out. Reads that complete after
+// ctx is cancelled are still handed over: they are pending on this consumer
+// and the applier acknowledges them.
+func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
+	defer close(out)
+	f := fetcher{c: c}
+	claimEvery := min(max(c.opt.ClaimMinIdle/2, 100*time.Millisecond), 15*time.Second)
+	ready := false
+	var nextClaim time.Time
+	for ctx.Err() == nil {
+		if !ready {
+			if err := c.setup(ctx); err != nil {
+				f.fail(ctx, err)
+				continue
+			}
+			if err := c.readOwnPending(ctx, out); err != nil {
+				f.fail(ctx, err)
+				continue
+			}
+			ready, nextClaim = true, time.Time{}
+		}
+		if !time.Now().Before(nextClaim) {
+			if err := c.claim(ctx, out); err != nil {
+				ready = false
+				f.fail(ctx, err)
+				continue
+			}
+			nextClaim = time.Now().Add(claimEvery)
+		}
+		gen := c.groupGen.Load()
+		streams, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group:    c.opt.Group,
+			Consumer: c.opt.Consumer,
+			Streams:  []string{c.opt.Stream, ">"},
+			Count:    int64(c.opt.Count),
+			Block:    c.opt.Block,
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			if ctx.Err() != nil {
+				return
+			}
+			ready = false
+			f.fail(ctx, err)
+			continue
+		}
+		f.ok()
+		for _, s := range streams {
+			if len(s.Messages) > 0 {
+				out <- batch{msgs: s.Messages, gen: gen}
+			}
+		}
+	}
+}
+
+// fail reports err as the ingest health, logs it (again only when it changes
+// or every 30s) and waits before the next attempt.
+func (f *fetcher) fail(ctx context.Context, err error) {
+	reason := f.c.describe(err)
+	f.c.agg.SetHealth(reason)
+	f.healthy = false
+	if msg := reason.Error(); msg != f.failing || time.Since(f.logged) >= 30*time.Second {
+		f.c.log.Warn("stream ingest failing; keeping the last state and retrying", "err", msg)
+		f.failing, f.logged = msg, time.Now()
+	}
+	sleep(ctx, f.bo.next())
+}
+
+func (f *fetcher) ok() {
+	if f.healthy {
+		return
+	}
+	if f.failing != "" {
+		f.c.log.Info("stream ingest reading again", "after", f.failing)
+	}
+	f.c.agg.SetHealth(nil)
+	f.healthy, f.failing = true, ""
+	f.bo.reset()
+}
+
+// describe turns a Redis error into the reason Health reports.
+func (c *Collector) describe(err error) error {
+	var rerr redis.Error
+	switch {
+	case redis.HasErrorPrefix(err, "NOGROUP"):
+		return fmt.Errorf("collector: consumer group %q of stream %q is missing (Redis restarted without persistence, or the stream or group was deleted); recreating it: %w", c.opt.Group, c.opt.Stream, err)
+	case errors.As(err, &rerr):
+		return fmt.Errorf("collector: reading stream %q as group %q: Redis answered: %w", c.opt.Stream, c.opt.Group, err)
+	default:
+		return fmt.Errorf("collector: Redis unreachable: %w", err)
+	}
+}
+
+// setup makes sure the group exists and checks for a gap before reading.
+func (c *Collector) setup(ctx context.Context) error {
+	si, groups, err := c.inspect(ctx)
+	if err != nil {
+		return err
+	}
+	if _, ok := groups[c.opt.Group]; ok {
+		return nil
+	}
+	start, err := c.startID(ctx, si)
+	if err != nil {
+		return err
+	}
+	err = c.rdb.XGroupCreateMkStream(ctx, c.opt.Stream, c.opt.Group, start).Err()
+	switch {
+	case err == nil:
+		c.groupGen.Add(1)
+		c.log.Info("created consumer group", "start", start)
+	case redis.HasErrorPrefix(err, "BUSYGROUP"):
+		// Another collector created it in between.
+	default:
+		return err
+	}
+	return nil
+}
+
+// startID is where a missing group starts.
+//
+// A collector that has applied entries and finds its group gone resumes after
+// the last entry it applied when the stream still reaches that far (the group
+// was deleted), and from the beginning when it does not (Redis lost its data
+// and the emitters recreated the stream: everything in it is new). A
+// collector that has applied nothing starts Backfill ago by the server clock.
+func (c *Collector) startID(ctx context.Context, si *streamInfo) (string, error) {
+	c.mu.Lock()
+	last := c.lastApplied
+	c.mu.Unlock()
+	if last != "" {
+		if si == nil || idLess(si.lastGenerated, last) {
+			return "0", nil
+		}
+		return last, nil
+	}
+	if c.opt.Backfill < 0 {
+		return "$", nil
+	}
+	now, err := c.rdb.Time(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	ms := now.UnixMilli() - c.opt.Backfill.Milliseconds()
+	if ms <= 0 {
+		return "0", nil
+	}
+	return strconv.FormatInt(ms, 10) + "-0", nil
+}
+
+// readOwnPending re-reads the entries this consumer name read before without
+// acknowledging them (a restarted collector with a fixed Consumer, or replies
+// lost with the connection).
+func (c *Collector) readOwnPending(ctx context.Context, out chan<- batch) error {
+	after := "0"
+	for {
+		gen := c.groupGen.Load()
+		streams, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
+			Group:    c.opt.Group,
+			Consumer: c.opt.Consumer,
+			Streams:  []string{c.opt.Stream, after},
+			Count:    int64(c.opt.Count),
+			Block:    -1,
+		}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		n := 0
+		for _, s := range streams {
+			if len(s.Messages) == 0 {
+				continue
+			}
+			n += len(s.Messages)
+			after = s.Messages[len(s.Messages)-1].ID
+			out <- batch{msgs: s.Messages, claimed: true, gen: gen}
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// claim takes over the entries that other consumers read and left pending
+// for longer than ClaimMinIdle: they died before acknowledging.
+func (c *Collector) claim(ctx context.Context, out chan<- batch) error {
+	start := "0-0"
+	for {
+		gen := c.groupGen.Load()
+		msgs, next, deleted, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+			Stream:   c.opt.Stream,
+			Group:    c.opt.Group,
+			Consumer: c.opt.Consumer,
+			MinIdle:  c.opt.ClaimMinIdle,
+			Start:    start,
+			Count:    int64(c.opt.Count),
+		}).Result()
+		if err != nil {
+			return err
+		}
+		if len(deleted) > 0 {
+			// Trimmed while pending: read by a consumer that died, never applied.
+			c.agg.StreamGap(int64(len(deleted)))
+			c.log.Warn("pending stream entries were trimmed before any collector applied them: events lost", "missing", len(deleted))
+		}
+		if len(msgs) > 0 {
+			c.log.Info("claimed pending entries of a dead consumer", "entries", len(msgs))
+			out <- batch{msgs: msgs, claimed: true, gen: gen}
+		}
+		if next == "0-0" || next == "" || next == start {
+			return nil
+		}
+		start = next
+	}
+}
+
+// applier is the goroutine of Run: it decodes, applies and acknowledges.
+type applier struct {
+	c         *Collector
+	gen       uint64
+	evs       []event.Event
+	ids       []string
+	unacked   map[string]struct{} // applied, XACK failed: retried, never applied twice
+	pending   []string            // the same IDs in order
+	malformed rateLog
+}
+
+func (a *applier) apply(b batch) {
+	c := a.c
+	if b.gen != a.gen {
+		// The group was recreated: its pending list is new.
+		a.gen = b.gen
+		clear(a.unacked)
+		a.pending = a.pending[:0]
+	}
+	a.evs, a.ids = a.evs[:0], a.ids[:0]
+	var bad, missing int
+	last := ""
+	for i := range b.msgs {
+		m := &b.msgs[i]
+		a.ids = append(a.ids, m.ID)
+		if last == "" || idLess(last, m.ID) {
+			last = m.ID
+		}
+		if b.claimed {
+			if _, done := a.unacked[m.ID]; done {
+				continue
+			}
+		}
+		if m.Values == nil {
+			// Trimmed while pending on this consumer.
+			missing++
+			continue
+		}
+		var err error
+		if a.evs, err = event.DecodeAppend(a.evs, m.Values); err != nil {
+			bad++
+			a.malformed.note(c.log, m.ID, err)
+		}
+	}
+	if len(a.evs) > 0 {
+		c.agg.Apply(a.evs)
+		c.applied.Add(int64(len(a.evs)))
+		// Drop references into the entries so they can be collected.
+		clear(a.evs)
+	}
+	if bad > 0 {
+		c.agg.Malformed(bad)
+	}
+	if missing > 0 {
+		c.agg.StreamGap(int64(missing))
+		c.log.Warn("pending stream entries were trimmed before they were applied: events lost", "missing", missing)
+	}
+	c.entries.Add(int64(len(b.msgs)))
+	c.mu.Lock()
+	if c.lastApplied == "" || idLess(c.lastApplied, last) {
+		c.lastApplied = last
+	}
+	c.mu.Unlock()
+	a.ack(a.ids)
+	a.malformed.flushIfDue(c.log)
+}
+
+// ack acknowledges ids together with earlier failed acknowledgements.
+func (a *applier) ack(ids []string) {
+	c := a.c
+	all := append(a.pending, ids...)
+	if len(all) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	err := c.rdb.XAck(ctx, c.opt.Stream, c.opt.Group, all...).Err()
+	cancel()
+	switch {
+	case err == nil, redis.HasErrorPrefix(err, "NOGROUP"):
+		// Without the group there is nothing left to acknowledge.
+		clear(a.unacked)
+		a.pending = all[:0]
+		return
+	}
+	if len(all) > maxUnacked {
+		for _, id := range all[:len(all)-maxUnacked] {
+			delete(a.unacked, id)
+		}
+		all = append(all[:0], all[len(all)-maxUnacked:]...)
+	}
+	for _, id := range ids {
+		a.unacked[id] = struct{}{}
+	}
+	a.pending = all
+	c.log.Debug("XACK failed; retrying with the next batch", "entries", len(all), "err", err)
+}
+
+func (a *applier) retryAcks() {
+	if len(a.pending) > 0 {
+		a.ack(nil)
+	}
+}
+
+// rateLog logs malformed entries at most once per interval, with a count.
+type rateLog struct {
+	n      int
+	lastID string
+	err    error
+	logged time.Time
+}
+
+const malformedLogEvery = 10 * time.Second
+
+func (r *rateLog) note(log *slog.Logger, id string, err error) {
+	r.n++
+	r.lastID, r.err = id, err
+	r.flushIfDue(log)
+}
+
+func (r *rateLog) flushIfDue(log *slog.Logger) {
+	if r.n > 0 && time.Since(r.logged) >= malformedLogEvery {
+		r.flush(log)
+	}
+}
+
+func (r *rateLog) flush(log *slog.Logger) {
+	if r.n == 0 {
+		return
+	}
+	log.Warn("skipped malformed stream entries (counted, acknowledged)", "count", r.n, "last_id", r.lastID, "err", r.err)
+	r.n, r.logged = 0, time.Now()
+}
