@@ -1,7 +1,10 @@
 package collector
 
 import (
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -10,60 +13,733 @@ import (
 
 // Aggregator turns lock events into metrics, hot keys and per-key state, and
 // answers the Querier interface.
+//
+// # Locking
+//
+// Writers (Apply, Tick, KeyExpired) serialise on mu and, inside it, take the
+// lock of the one key shard they touch. Readers never take mu and a shard
+// lock together, and never hold either for long: a query copies what it
+// needs (one shard at a time for key scans, a bounded slice of rings for the
+// overview) and sorts, merges and formats outside the locks. The longest a
+// reader holds a lock ingestion needs is one pass over one shard (at most
+// MaxKeys/64 keys, about 3 000 by default: a few hundred microseconds) or
+// one copy of the live hot-key sketch (1 024 entries). Apply releases mu every
+// applyChunk events so a reader waits at most that long.
+//
+// # Clocks
+//
+// Windows, series and rates are cut by the collector's clock (Config.Now)
+// when events are applied. Holds are timed by the event clock: an event's
+// TS, clamped to the collector's clock (no event is from the future). Expiry
+// and stuck detection compare holds against the newest applied event time
+// advanced by the wall time since it was applied, so a collector replaying
+// a backlog does not declare holds expired that were renewed in events it
+// has not read yet.
 type Aggregator struct {
-	cfg    Config
-	mu     sync.Mutex
-	health error
+	cfg   Config
+	rules []classRule
+	m     *metrics
+	keys  *keyTable
+	hot   *hotKeys
+
+	tracked   atomic.Int64
+	malformed atomic.Int64
+	lag       atomic.Int64
+	pending   atomic.Int64
+	gap       atomic.Int64
+
+	healthMu sync.Mutex
+	health   error
+
+	mu          sync.Mutex
+	classes     map[string]*classState
+	classNames  atomic.Pointer[[]string] // sorted; replaced when a class is added
+	derived     int                      // classes made by the default derivation
+	buf         []byte
+	steps       stepRing
+	cur         *stepStats // the current step's figures (set by advanceLocked)
+	exps        expRing
+	forced      forcedRing
+	intern      map[string]string
+	pendingKeys []*keyState // keys with a superseded hold awaiting its verdict
+	evMax       int64       // newest applied event time
+	evAt        int64       // collector time when evMax was applied
+	eventsTotal int64
+	dropped     int64
 }
 
 var _ Querier = (*Aggregator)(nil)
 
+const (
+	applyChunk   = 512  // events applied per hold of mu
+	maxInterned  = 4096 // distinct owner/reason strings shared between records
+	maxStoredLen = 512  // owner, lease, reason, ... bytes kept per record
+	ringLen      = 256  // recent expirations and forced releases kept
+)
+
+// classState is one lock class: its metric children and mirrored gauges.
+// Guarded by Aggregator.mu except name and stuckAfter, which never change.
+type classState struct {
+	name       string
+	stuckAfter time.Duration
+	m          classMetrics
+	held       int
+	stuck      int   // set by Tick
+	oldest     int64 // since of the oldest hold, unix ns (refreshed by Tick)
+	waiters    waitRing
+}
+
 // NewAggregator returns an Aggregator configured by cfg.
 func NewAggregator(cfg Config) *Aggregator {
-	return &Aggregator{cfg: cfg.withDefaults()}
+	cfg = cfg.withDefaults()
+	a := &Aggregator{
+		cfg:     cfg,
+		rules:   compileRules(cfg.Classes),
+		keys:    newKeyTable(cfg.MaxKeys),
+		classes: make(map[string]*classState),
+		intern:  make(map[string]string),
+	}
+	a.m = newMetrics(a)
+	now := a.nowNS()
+	a.hot = newHotKeys(now)
+	a.cur = a.steps.at(stepOf(now))
+	a.classNames.Store(&[]string{})
+	return a
+}
+
+// Register registers all lockscope_ metrics with reg.
+func (a *Aggregator) Register(reg prometheus.Registerer) error {
+	for _, c := range a.m.collectors() {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Aggregator) nowNS() int64 { return a.cfg.Now().UnixNano() }
+
+// eventClock is the event-time "now" used for expiry and stuck detection.
+func (a *Aggregator) eventClock(now int64) int64 {
+	if a.evAt == 0 {
+		return now
+	}
+	return min(now, a.evMax+(now-a.evAt))
+}
+
+// advanceLocked moves the step ring and hot-key buckets to now.
+func (a *Aggregator) advanceLocked(now int64) {
+	a.hot.advance(now)
+	if s := stepOf(now); s != a.cur.step && s > a.cur.step {
+		a.cur = a.steps.at(s)
+	}
 }
 
 // Apply aggregates decoded events. Strings in evs may share memory with the
 // stream entry; Apply clones what it keeps.
-func (a *Aggregator) Apply(evs []event.Event) {}
+func (a *Aggregator) Apply(evs []event.Event) {
+	for len(evs) > 0 {
+		chunk := evs[:min(len(evs), applyChunk)]
+		evs = evs[len(chunk):]
+		now := a.nowNS()
+		a.mu.Lock()
+		a.advanceLocked(now)
+		for i := range chunk {
+			a.applyLocked(&chunk[i], now)
+		}
+		last := a.evMax
+		a.mu.Unlock()
+		if last > 0 {
+			a.m.lastEvent.Set(float64(last) / 1e9)
+		}
+	}
+}
 
 // Malformed counts n stream entries that could not be decoded.
-func (a *Aggregator) Malformed(n int) {}
-
-// KeyExpired records a keyspace notification: key expired now.
-func (a *Aggregator) KeyExpired(key string) {}
-
-// Tick runs expired-while-held and stuck detection.
-func (a *Aggregator) Tick() {}
+func (a *Aggregator) Malformed(n int) {
+	if n <= 0 {
+		return
+	}
+	a.malformed.Add(int64(n))
+	a.m.malformed.Add(float64(n))
+}
 
 // SetHealth records the ingest state reported by Health.
 func (a *Aggregator) SetHealth(err error) {
-	a.mu.Lock()
+	a.healthMu.Lock()
 	a.health = err
-	a.mu.Unlock()
+	a.healthMu.Unlock()
 }
 
-// SetStreamStats records the consumer group's lag and pending entries.
-func (a *Aggregator) SetStreamStats(lag, pending int64) {}
+// Health reports the ingest state set by SetHealth: nil while the consumer
+// group is reading.
+func (a *Aggregator) Health() error {
+	a.healthMu.Lock()
+	defer a.healthMu.Unlock()
+	return a.health
+}
+
+// SetStreamStats records the consumer group's lag (entries not yet
+// delivered) and pending entries (delivered, not acknowledged).
+func (a *Aggregator) SetStreamStats(lag, pending int64) {
+	a.lag.Store(lag)
+	a.pending.Store(pending)
+	a.m.lag.Set(float64(lag))
+	a.m.pending.Set(float64(pending))
+}
 
 // StreamGap counts entries trimmed from the stream before they were read.
-func (a *Aggregator) StreamGap(missing int64) {}
+func (a *Aggregator) StreamGap(missing int64) {
+	if missing <= 0 {
+		return
+	}
+	a.gap.Add(missing)
+	a.m.streamGap.Add(float64(missing))
+}
 
-// Register registers all lockscope_ metrics with reg.
-func (a *Aggregator) Register(reg prometheus.Registerer) error { return nil }
+// classOfLocked returns the class of key, creating it if needed.
+func (a *Aggregator) classOfLocked(key string) *classState {
+	var user bool
+	a.buf, user = appendClass(a.buf[:0], key, a.rules)
+	if c, ok := a.classes[string(a.buf)]; ok {
+		return c
+	}
+	if string(a.buf) == OtherClass || (!user && a.derived >= a.cfg.MaxClasses) {
+		return a.classLocked(OtherClass)
+	}
+	if !user {
+		a.derived++
+	}
+	return a.classLocked(string(a.buf))
+}
 
-func (a *Aggregator) Overview() Overview                                       { return Overview{} }
-func (a *Aggregator) HotKeys(window time.Duration, by Ranking, n int) []HotKey { return nil }
-func (a *Aggregator) Locks(q LockQuery) LockPage                               { return LockPage{} }
-func (a *Aggregator) Lock(key string) (KeyDetail, bool)                        { return KeyDetail{}, false }
-func (a *Aggregator) Stuck() []LockInfo                                        { return nil }
-func (a *Aggregator) Expirations(n int) []Expiration                           { return nil }
-func (a *Aggregator) ForcedReleases(n int) []ForcedRelease                     { return nil }
-func (a *Aggregator) Classes() []string                                        { return nil }
+func (a *Aggregator) classLocked(name string) *classState {
+	if c, ok := a.classes[name]; ok {
+		return c
+	}
+	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, m: a.m.forClass(name)}
+	if d, ok := a.cfg.StuckAfterByClass[name]; ok && d > 0 {
+		c.stuckAfter = d
+	}
+	a.classes[name] = c
+	names := append(slices.Clone(*a.classNames.Load()), name)
+	slices.Sort(names)
+	a.classNames.Store(&names)
+	return c
+}
 
-// Health reports the ingest state set by SetHealth.
-func (a *Aggregator) Health() error {
+// internLocked returns a long-lived copy of s, shared between records.
+func (a *Aggregator) internLocked(s string) string {
+	if s == "" {
+		return ""
+	}
+	if len(s) > maxStoredLen {
+		s = s[:maxStoredLen]
+	}
+	if v, ok := a.intern[s]; ok {
+		return v
+	}
+	v := strings.Clone(s)
+	if len(a.intern) < maxInterned {
+		a.intern[v] = v
+	}
+	return v
+}
+
+// leaseOf returns a long-lived copy of lease, shared with k's hold when equal.
+func leaseOf(k *keyState, lease string) string {
+	switch {
+	case lease == "":
+		return ""
+	case lease == k.lease:
+		return k.lease
+	case lease == k.prevLease:
+		return k.prevLease
+	}
+	if len(lease) > maxStoredLen {
+		lease = lease[:maxStoredLen]
+	}
+	return strings.Clone(lease)
+}
+
+// keyLocked returns the state of key in sh, creating it (and evicting the
+// least recently active idle key if the shard is full).
+func (a *Aggregator) keyLocked(sh *shard, key string) *keyState {
+	if k := sh.m[key]; k != nil {
+		return k
+	}
+	if len(sh.m) >= sh.cap {
+		if v := sh.idle.back(); v != nil {
+			a.evictLocked(sh, v)
+		}
+	}
+	k := &keyState{key: strings.Clone(key)}
+	k.class = a.classOfLocked(k.key)
+	sh.m[k.key] = k
+	sh.idle.pushFront(k)
+	a.tracked.Add(1)
+	return k
+}
+
+func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
+	if k.prevExpires != 0 {
+		// Its superseded hold can no longer be followed: decide now.
+		a.resolvePendingLocked(k, true, false)
+	}
+	unlink(k)
+	delete(sh.m, k.key)
+	a.tracked.Add(-1)
+}
+
+// applyLocked applies one event; now is the collector's clock.
+func (a *Aggregator) applyLocked(e *event.Event, now int64) {
+	if !e.Type.Valid() {
+		a.Malformed(1)
+		return
+	}
+	a.m.eventsBy[e.Type].Inc()
+	a.eventsTotal++
+	ts := e.TS
+	if ts <= 0 || ts > now {
+		ts = now
+	}
+	if ts > a.evMax {
+		a.evMax, a.evAt = ts, now
+	}
+	if e.Type == event.Dropped {
+		if e.Count > 0 {
+			a.dropped += e.Count
+			a.m.dropped.Add(float64(e.Count))
+		}
+		return
+	}
+	sh := a.keys.shardOf(e.Key)
+	sh.mu.Lock()
+	k := a.keyLocked(sh, e.Key)
+	c := k.class
+	owner := a.internLocked(e.Owner)
+	lease := leaseOf(k, e.Lease)
+	r := record{ts: ts, typ: e.Type, owner: owner, lease: lease, fence: e.Fence,
+		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30))}
+	if e.Degraded {
+		r.flags |= recDegraded
+	}
+	if e.Passive {
+		r.flags |= recPassive
+	}
+	wait := max(e.Wait, 0)
+	hold := max(e.Hold, 0)
+
+	switch e.Type {
+	case event.Acquired:
+		r.d = int64(wait)
+		r.ttlMS = int32(min(e.TTL.Milliseconds(), 1<<31-1))
+		contended := e.Attempts > 1
+		c.m.acquisitions.Inc()
+		k.acquisitions++
+		a.cur.acquisitions++
+		if contended {
+			a.contendedLocked(k)
+		}
+		a.waitLocked(k, wait, now)
+		k.statsFor().addAcquisition(now)
+		a.hot.record(k.key, c.name, contended, wait, true)
+		if k.owner != "" && owner != k.owner {
+			c.m.handoffs.Inc()
+		}
+		if k.held && !k.matches(lease, owner) {
+			a.supersedeLocked(k, ts)
+		}
+		if !k.held {
+			k.held = true
+			c.held++
+			unlink(k)
+			sh.held.pushFront(k)
+		}
+		k.owner, k.lease, k.since, k.ttl, k.fence = owner, lease, ts, max(e.TTL, 0), e.Fence
+		k.expiresAt = 0
+		if k.ttl > 0 {
+			k.expiresAt = ts + int64(k.ttl)
+		}
+		k.degraded, k.passive, k.ended = e.Degraded, e.Passive, endNone
+		if c.oldest == 0 || ts < c.oldest {
+			c.oldest = ts
+		}
+
+	case event.Failed:
+		r.d = int64(wait)
+		r.who = a.internLocked(e.Holder)
+		reason := failureIndex(e.Reason)
+		c.m.failures[reason].Inc()
+		k.failures++
+		a.cur.failures++
+		if reason == reasonHeld {
+			a.contendedLocked(k)
+			a.cur.refused++
+		}
+		a.waitLocked(k, wait, now)
+		a.hot.record(k.key, c.name, reason == reasonHeld, wait, false)
+
+	case event.Released:
+		r.d = int64(hold)
+		if e.Reason == event.ReasonNotOwner {
+			c.m.releases[1].Inc()
+			break
+		}
+		c.m.releases[0].Inc()
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endReleased)
+
+	case event.Lost:
+		r.d = int64(hold)
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endLost)
+
+	case event.Forced:
+		r.d = int64(hold)
+		r.who = a.internLocked(e.By)
+		c.m.forced.Inc()
+		a.cur.forced++
+		held := hold
+		if held == 0 && k.matches(lease, owner) {
+			held = time.Duration(ts - k.since)
+		}
+		a.forced.add(ForcedRelease{Key: k.key, Class: c.name, Owner: owner, By: r.who, Reason: r.reason,
+			At: time.Unix(0, ts), Held: held})
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endForced)
+
+	case event.Expired:
+		r.d = int64(hold)
+		a.expiredEventLocked(sh, k, lease, owner, ts, hold, e.Passive)
+
+	case event.Renewed:
+		r.d = int64(max(e.TTL, 0))
+		a.renewedLocked(sh, k, lease, owner, ts, max(e.TTL, 0), e)
+
+	case event.RenewFailed:
+		c.m.renewalFailures.Inc()
+	}
+	k.lastEvent = ts
+	if !k.held {
+		unlink(k)
+		sh.idle.pushFront(k)
+	}
+	k.push(r, a.cfg.RecentEvents)
+	sh.mu.Unlock()
+}
+
+func (a *Aggregator) contendedLocked(k *keyState) {
+	k.class.m.contentions.Inc()
+	k.contentions++
+	a.cur.contentions++
+}
+
+func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64) {
+	c := k.class
+	c.m.wait.Observe(wait.Seconds())
+	c.waiters.add(now, wait)
+	a.cur.wait.add(wait)
+	k.waitTotal += int64(wait)
+	s := k.statsFor()
+	s.wait.add(wait)
+	s.waiter.add(now, wait)
+}
+
+func (a *Aggregator) holdLocked(k *keyState, hold time.Duration) {
+	k.class.m.hold.Observe(hold.Seconds())
+	a.cur.hold.add(hold)
+	k.holdTotal += int64(hold)
+	k.statsFor().hold.add(hold)
+}
+
+func (k *keyState) statsFor() *keyStats {
+	if k.stats == nil {
+		k.stats = &keyStats{}
+	}
+	return k.stats
+}
+
+// endedAlready reports whether an end event for lease/owner refers to a
+// hold whose end was already recorded.
+func (k *keyState) endedAlready(lease, owner string) bool {
+	if k.held || k.ended == endNone {
+		return false
+	}
+	if lease != "" && k.lease != "" {
+		return lease == k.lease
+	}
+	return owner == k.owner
+}
+
+// isPrev reports whether lease/owner refers to k's superseded hold.
+func (k *keyState) isPrev(lease, owner string) bool {
+	if k.prevExpires == 0 {
+		return false
+	}
+	if lease != "" && k.prevLease != "" {
+		return lease == k.prevLease
+	}
+	return owner != "" && owner == k.prevOwner
+}
+
+// endEventLocked applies a released, lost or forced event: it ends the hold
+// it refers to, once. A lost event at or after the hold's expiry means the
+// TTL lapsed while held: it counts as an expiration.
+func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, how uint8) {
+	switch {
+	case k.matches(lease, owner):
+		if hold == 0 {
+			hold = time.Duration(ts - k.since)
+		}
+		if how == endLost && k.expiresAt > 0 && ts >= k.expiresAt {
+			a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "lost")
+			return
+		}
+		a.endHoldLocked(sh, k, how, hold)
+	case k.isPrev(lease, owner):
+		if how == endLost && ts >= k.prevExpires {
+			a.resolvePendingLocked(k, true, false)
+			return
+		}
+		a.resolvePendingLocked(k, false, false)
+		a.holdLocked(k, hold)
+	case !k.endedAlready(lease, owner):
+		// A hold we never saw begin (collector started mid-hold, or its
+		// start was superseded): its own figure is all there is.
+		a.holdLocked(k, hold)
+	}
+}
+
+// endHoldLocked ends k's current hold.
+func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.Duration) {
+	k.held = false
+	k.ended = how
+	k.class.held--
+	unlink(k)
+	sh.idle.pushFront(k)
+	a.holdLocked(k, hold)
+}
+
+// supersedeLocked handles an acquisition by another lease while k is still
+// held in our view: the old hold's end has not arrived (events from
+// different emitters interleave) or never will. If the new acquisition came
+// after the old hold's expiry, the old hold may have expired while held:
+// it waits in the pending slot until its end event (released before expiry)
+// or the expiry grace decides.
+func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
+	if k.prevExpires != 0 {
+		a.resolvePendingLocked(k, true, false)
+	}
+	k.held = false
+	k.class.held--
+	if k.expiresAt > 0 && ts >= k.expiresAt {
+		k.prevLease, k.prevOwner, k.prevSince, k.prevExpires = k.lease, k.owner, k.since, k.expiresAt
+		a.pendingKeys = append(a.pendingKeys, k)
+	}
+}
+
+// resolvePendingLocked decides k's superseded hold: expired, or ended by an
+// event that arrived late.
+func (a *Aggregator) resolvePendingLocked(k *keyState, expired, confirmed bool) {
+	if k.prevExpires == 0 {
+		return
+	}
+	if expired {
+		a.countExpirationLocked(k, k.prevOwner, k.prevLease, k.prevExpires, time.Duration(k.prevExpires-k.prevSince), confirmed)
+		a.holdLocked(k, time.Duration(k.prevExpires-k.prevSince))
+	}
+	k.prevLease, k.prevOwner, k.prevSince, k.prevExpires = "", "", 0, 0
+	if i := slices.Index(a.pendingKeys, k); i >= 0 {
+		a.pendingKeys = slices.Delete(a.pendingKeys, i, i+1)
+	}
+}
+
+// expireLocked ends k's current hold as expired-while-held.
+func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Duration, confirmed bool, reason string) {
+	a.countExpirationLocked(k, k.owner, k.lease, at, hold, confirmed)
+	k.push(record{ts: at, typ: event.Expired, owner: k.owner, lease: k.lease, d: int64(hold), reason: reason}, a.cfg.RecentEvents)
+	a.endHoldLocked(sh, k, endExpired, hold)
+}
+
+func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) {
+	k.class.m.expirations.Inc()
+	a.cur.expirations++
+	k.expSeq = a.exps.add(Expiration{Key: k.key, Class: k.class.name, Owner: owner, Lease: lease,
+		At: time.Unix(0, at), Held: hold, Confirmed: confirmed})
+}
+
+// expiredEventLocked applies an expired event from an emitter or watcher.
+func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, passive bool) {
+	switch {
+	case k.matches(lease, owner):
+		if hold == 0 {
+			hold = time.Duration(ts - k.since)
+		}
+		a.expireLocked(sh, k, ts, hold, passive, "")
+	case k.isPrev(lease, owner):
+		a.resolvePendingLocked(k, true, passive)
+	case k.endedAlready(lease, owner):
+		if k.ended == endExpired && passive {
+			a.exps.confirm(k.expSeq)
+		}
+	case lease != "" || k.lease == "":
+		// A hold we never tracked: count it, once.
+		a.countExpirationLocked(k, owner, lease, ts, hold, passive)
+		a.holdLocked(k, hold)
+	}
+}
+
+// renewedLocked applies a renewal: the hold's TTL and expiry move.
+func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, ts int64, ttl time.Duration, e *event.Event) {
+	setTTL := func() {
+		k.ttl = ttl
+		k.expiresAt = 0
+		if ttl > 0 {
+			k.expiresAt = ts + int64(ttl)
+		}
+		k.degraded, k.passive = e.Degraded, e.Passive
+	}
+	switch {
+	case k.matches(lease, owner):
+		setTTL()
+	case k.held:
+		// Another lease holds the key in our view; a renewal cannot succeed
+		// for two leases, so keep the holder we know.
+	case k.endedAlready(lease, owner) && k.ended != endExpired:
+		// Renewed after its release: a duplicate or reordered entry.
+	default:
+		// Either the expiry we declared was wrong (a renewal succeeding
+		// proves the lock was still held; the counter keeps its count) or
+		// we never saw this hold begin: held at least since now.
+		resumed := k.endedAlready(lease, owner)
+		k.held = true
+		k.class.held++
+		unlink(k)
+		sh.held.pushFront(k)
+		k.ended = endNone
+		if !resumed {
+			k.owner, k.lease, k.since, k.fence = owner, lease, ts, e.Fence
+		}
+		setTTL()
+	}
+}
+
+// KeyExpired records a keyspace notification: key expired now. It confirms
+// an expiry at once; a notification for a hold already counted only marks
+// that expiration confirmed.
+func (a *Aggregator) KeyExpired(key string) {
+	now := a.nowNS()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.health
+	a.advanceLocked(now)
+	sh := a.keys.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := sh.m[key]
+	if k == nil {
+		return
+	}
+	clock := a.eventClock(now)
+	switch {
+	case k.prevExpires != 0:
+		// The superseded hold is the one that expired (the new holder's
+		// acquisition was applied before this notification arrived).
+		a.resolvePendingLocked(k, true, true)
+	case k.held:
+		a.expireLocked(sh, k, clock, time.Duration(clock-k.since), true, "keyspace")
+	case k.ended == endExpired:
+		a.exps.confirm(k.expSeq)
+	}
+}
+
+// Tick declares expired the holds whose TTL lapsed more than ExpiryGrace ago
+// by the event clock, and refreshes the stuck and oldest-hold figures.
+func (a *Aggregator) Tick() {
+	now := a.nowNS()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.advanceLocked(now)
+	clock := a.eventClock(now)
+	grace := int64(a.cfg.ExpiryGrace)
+	for _, c := range a.classes {
+		c.stuck, c.oldest = 0, 0
+	}
+	for i := range a.keys.shards {
+		sh := &a.keys.shards[i]
+		sh.mu.Lock()
+		sh.held.each(func(k *keyState) bool {
+			if k.expiresAt > 0 && clock > k.expiresAt+grace {
+				a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "ttl")
+				return true
+			}
+			c := k.class
+			if clock-k.since > int64(c.stuckAfter) {
+				c.stuck++
+			}
+			if c.oldest == 0 || k.since < c.oldest {
+				c.oldest = k.since
+			}
+			return true
+		})
+		sh.mu.Unlock()
+	}
+	for i := 0; i < len(a.pendingKeys); {
+		k := a.pendingKeys[i]
+		if clock > k.prevExpires+grace {
+			sh := a.keys.shardOf(k.key)
+			sh.mu.Lock()
+			a.resolvePendingLocked(k, true, false) // removes k from pendingKeys
+			sh.mu.Unlock()
+			continue
+		}
+		i++
+	}
+}
+
+// expRing keeps the most recent expirations.
+type expRing struct {
+	buf  [ringLen]Expiration
+	seq  [ringLen]uint64
+	next uint64 // sequence of the next entry; sequences start at 1
+}
+
+func (r *expRing) add(e Expiration) uint64 {
+	r.next++
+	i := r.next % ringLen
+	r.buf[i], r.seq[i] = e, r.next
+	return r.next
+}
+
+func (r *expRing) confirm(seq uint64) {
+	if i := seq % ringLen; seq != 0 && r.seq[i] == seq {
+		r.buf[i].Confirmed = true
+	}
+}
+
+// newest returns up to n entries, newest first.
+func (r *expRing) newest(n int) []Expiration {
+	n = min(n, int(min(r.next, ringLen)))
+	out := make([]Expiration, 0, max(n, 0))
+	for s := r.next; len(out) < n; s-- {
+		out = append(out, r.buf[s%ringLen])
+	}
+	return out
+}
+
+// forcedRing keeps the most recent forced releases.
+type forcedRing struct {
+	buf  [ringLen]ForcedRelease
+	next uint64
+}
+
+func (r *forcedRing) add(f ForcedRelease) {
+	r.next++
+	r.buf[r.next%ringLen] = f
+}
+
+func (r *forcedRing) newest(n int) []ForcedRelease {
+	n = min(n, int(min(r.next, ringLen)))
+	out := make([]ForcedRelease, 0, max(n, 0))
+	for s := r.next; len(out) < n; s-- {
+		out = append(out, r.buf[s%ringLen])
+	}
+	return out
 }

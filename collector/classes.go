@@ -1,0 +1,261 @@
+package collector
+
+import (
+	"unicode/utf8"
+)
+
+// Class names with a fixed meaning.
+const (
+	// OtherClass collects the keys of classes beyond Config.MaxClasses.
+	OtherClass = "other"
+	// maxClassLen bounds a class name in bytes: classes are label values,
+	// and a 10 kB key must not become a 10 kB label.
+	maxClassLen = 96
+)
+
+// classRule is a ClassRule ready to match.
+type classRule struct {
+	pattern string
+	class   string
+}
+
+func compileRules(rules []ClassRule) []classRule {
+	out := make([]classRule, 0, len(rules))
+	for _, r := range rules {
+		c := r.Class
+		if c == "" {
+			c = r.Pattern
+		}
+		out = append(out, classRule{pattern: r.Pattern, class: string(appendSanitized(nil, c, maxClassLen))})
+	}
+	return out
+}
+
+// appendClass appends the class of key to dst and reports whether a user
+// rule produced it. User rules are tried in order; the first match wins.
+// Otherwise the default derivation applies (see appendDefaultClass).
+func appendClass(dst []byte, key string, rules []classRule) ([]byte, bool) {
+	for i := range rules {
+		if classGlob(rules[i].pattern, key) {
+			return append(dst, rules[i].class...), true
+		}
+	}
+	return appendDefaultClass(dst, key), false
+}
+
+// appendDefaultClass appends the default class of key: the key split into
+// segments on ':' and '/', each segment split further on '-', '_' and '.',
+// with every part that looks like an identifier replaced by '*' (see
+// isIdentifier). The result is valid UTF-8 (invalid bytes become U+FFFD),
+// has control characters replaced by '?', and is at most maxClassLen bytes:
+// a longer class is cut at a character boundary and ends in '*', so it still
+// reads as a glob covering its keys.
+func appendDefaultClass(dst []byte, key string) []byte {
+	start := len(dst)
+	limit := start + maxClassLen
+	// A whole segment is tested first so that a UUID (which contains '-')
+	// is recognised before the sub-split would cut it apart.
+	for i := 0; i <= len(key); {
+		j := i
+		for j < len(key) && key[j] != ':' && key[j] != '/' {
+			j++
+		}
+		seg := key[i:j]
+		if isUUID(seg) {
+			dst = append(dst, '*')
+		} else {
+			dst = appendParts(dst, seg, limit)
+		}
+		if len(dst) > limit {
+			return truncateClass(dst, start)
+		}
+		if j == len(key) {
+			break
+		}
+		dst = append(dst, key[j])
+		i = j + 1
+	}
+	if len(dst) > limit {
+		return truncateClass(dst, start)
+	}
+	return dst
+}
+
+// appendParts appends seg with its identifier-like parts replaced by '*',
+// stopping once dst is longer than limit (the caller truncates).
+func appendParts(dst []byte, seg string, limit int) []byte {
+	if isIdentifier(seg) {
+		return append(dst, '*')
+	}
+	for i := 0; i <= len(seg); {
+		j := i
+		for j < len(seg) && seg[j] != '-' && seg[j] != '_' && seg[j] != '.' {
+			j++
+		}
+		part := seg[i:j]
+		if isIdentifier(part) {
+			dst = append(dst, '*')
+		} else {
+			// Room for one more whole rune past limit, so a cut part always
+			// overflows and gets the truncation mark.
+			dst = appendSanitized(dst, part, limit+utf8.UTFMax-len(dst))
+		}
+		if j == len(seg) || len(dst) > limit {
+			break
+		}
+		dst = append(dst, seg[j])
+		i = j + 1
+	}
+	return dst
+}
+
+// truncateClass cuts dst[start:] to fit maxClassLen with a trailing '*'.
+func truncateClass(dst []byte, start int) []byte {
+	cut := start + maxClassLen - 1
+	for cut > start && !utf8.RuneStart(dst[cut]) {
+		cut--
+	}
+	dst = dst[:cut]
+	// Avoid a doubled "**" when the cut lands right after a wildcard.
+	if len(dst) > start && dst[len(dst)-1] == '*' {
+		return dst
+	}
+	return append(dst, '*')
+}
+
+// appendSanitized appends s as valid UTF-8 without control characters, at
+// most max bytes (cut at a character boundary).
+func appendSanitized(dst []byte, s string, max int) []byte {
+	dst, _ = appendSanitizedN(dst, s, max)
+	return dst
+}
+
+// appendSanitizedN is appendSanitized that also returns how many bytes of s
+// it consumed.
+func appendSanitizedN(dst []byte, s string, max int) ([]byte, int) {
+	limit := len(dst) + max
+	i := 0
+	for i < len(s) {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if len(dst)+1 > limit {
+				return dst, i
+			}
+			if c < 0x20 || c == 0x7f {
+				c = '?'
+			}
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			if len(dst)+3 > limit {
+				return dst, i
+			}
+			dst = append(dst, "\uFFFD"...)
+			i++
+			continue
+		}
+		if len(dst)+size > limit {
+			return dst, i
+		}
+		dst = append(dst, s[i:i+size]...)
+		i += size
+	}
+	return dst, i
+}
+
+// isIdentifier reports whether part varies per key rather than naming a
+// kind of lock: all digits, 8 or more hex digits, or a token of 20 or more
+// letters and digits mixing both (ULID, KSUID, base62 ids).
+func isIdentifier(part string) bool {
+	if part == "" {
+		return false
+	}
+	digits, hex, alnum := true, true, true
+	hasDigit, hasLetter := false, false
+	for i := 0; i < len(part); i++ {
+		c := part[i]
+		isDigit := c >= '0' && c <= '9'
+		isHexLetter := (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+		isLetter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+		if isDigit {
+			hasDigit = true
+		} else {
+			digits = false
+		}
+		if isLetter {
+			hasLetter = true
+		}
+		if !isDigit && !isHexLetter {
+			hex = false
+		}
+		if !isDigit && !isLetter {
+			alnum = false
+			break
+		}
+	}
+	switch {
+	case digits:
+		return true
+	case hex && len(part) >= 8:
+		return true
+	case alnum && len(part) >= 20 && hasDigit && hasLetter:
+		return true
+	}
+	return false
+}
+
+// isUUID reports whether s is a textual UUID (8-4-4-4-12 hex digits).
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < 36; i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !isHex(c) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHex(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
+}
+
+// classGlob reports whether s matches pattern, byte by byte: '*' matches any
+// run of bytes, '?' one byte. It backtracks only to the last '*', so it runs
+// in O(len(pattern)*len(s)) at worst and without recursion.
+func classGlob(pattern, s string) bool {
+	p, i := 0, 0
+	star, mark := -1, 0
+	for i < len(s) {
+		switch {
+		case p < len(pattern) && (pattern[p] == '?' || (pattern[p] != '*' && pattern[p] == s[i])):
+			p++
+			i++
+		case p < len(pattern) && pattern[p] == '*':
+			star, mark = p, i
+			p++
+		case star >= 0:
+			p = star + 1
+			mark++
+			i = mark
+		default:
+			return false
+		}
+	}
+	for p < len(pattern) && pattern[p] == '*' {
+		p++
+	}
+	return p == len(pattern)
+}

@@ -1,0 +1,404 @@
+package collector
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Hot keys are ranked with space-saving sketches (Metwally et al.), one per
+// ranking per time bucket, so memory depends on the sketch capacity and the
+// number of buckets, never on how many distinct keys stream through.
+//
+// Events land in the live bucket of the current 10 s step. When the step
+// changes the live bucket is frozen (its entries copied into an immutable
+// slice) and, at each minute boundary, the minute's six frozen buckets are
+// merged into one minute bucket. A window is the live bucket plus frozen
+// buckets: 1 m = live + 6 ten-second buckets, 5 m = live + 30, 1 h = live +
+// the current minute's ten-second buckets + 60 minute buckets. Windows are
+// thus step-aligned and cover between W and W+10 s.
+//
+// Merging follows the mergeable-summaries rule: a sketch that is full has a
+// floor (its smallest count) bounding the count of any key it does not
+// hold, so a key's merged estimate is the sum over buckets of its count
+// where present and the floor where absent; its error bound sums the same
+// way. Estimates only over-count: the true figure lies in
+// [estimate-Error, estimate].
+const (
+	hotCapacity   = 1024 // entries per sketch
+	hotTenSlots   = 32   // frozen 10 s buckets kept (30 for 5 m, plus slack)
+	hotMinuteLen  = 6    // 10 s steps per minute bucket
+	hotMinuteSlot = 62   // frozen minute buckets kept (60 for 1 h, plus slack)
+)
+
+// hotEntry is one tracked key of a sketch. count is the ranked figure
+// (contentions, or wait in ns) and err its over-estimate bound; cont, wait
+// and acq are the key's figures counted while it was tracked (lower bounds).
+type hotEntry struct {
+	key, class      string
+	count, err      int64
+	cont, wait, acq int64
+}
+
+// liveSketch is a space-saving sketch being written: a min-heap on count
+// over a fixed pool of entries, and a map from key to entry.
+type liveSketch struct {
+	m    map[string]int32
+	ents []hotEntry
+	pos  []int32 // entry -> heap position
+	heap []int32 // heap of entry indexes, smallest count first
+}
+
+func newLiveSketch() *liveSketch {
+	return &liveSketch{
+		m:    make(map[string]int32, hotCapacity),
+		ents: make([]hotEntry, 0, hotCapacity),
+		pos:  make([]int32, 0, hotCapacity),
+		heap: make([]int32, 0, hotCapacity),
+	}
+}
+
+// add counts w on key's ranked figure plus the side figures. With w == 0 a
+// key is added only while the sketch has room, so keys that never contend
+// cannot push out keys that do.
+func (s *liveSketch) add(key, class string, w, cont, wait, acq int64) {
+	if i, ok := s.m[key]; ok {
+		e := &s.ents[i]
+		e.count += w
+		e.cont += cont
+		e.wait += wait
+		e.acq += acq
+		if w > 0 {
+			s.down(int(s.pos[i]))
+		}
+		return
+	}
+	if len(s.ents) < hotCapacity {
+		i := int32(len(s.ents))
+		s.ents = append(s.ents, hotEntry{key: key, class: class, count: w, cont: cont, wait: wait, acq: acq})
+		s.pos = append(s.pos, int32(len(s.heap)))
+		s.heap = append(s.heap, i)
+		s.m[key] = i
+		s.up(len(s.heap) - 1)
+		return
+	}
+	if w == 0 {
+		return
+	}
+	i := s.heap[0]
+	e := &s.ents[i]
+	delete(s.m, e.key)
+	floor := e.count
+	*e = hotEntry{key: key, class: class, count: floor + w, err: floor, cont: cont, wait: wait, acq: acq}
+	s.m[key] = i
+	s.down(0)
+}
+
+func (s *liveSketch) less(a, b int) bool { return s.ents[s.heap[a]].count < s.ents[s.heap[b]].count }
+
+func (s *liveSketch) swap(a, b int) {
+	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
+	s.pos[s.heap[a]] = int32(a)
+	s.pos[s.heap[b]] = int32(b)
+}
+
+func (s *liveSketch) up(j int) {
+	for j > 0 {
+		p := (j - 1) / 2
+		if !s.less(j, p) {
+			return
+		}
+		s.swap(j, p)
+		j = p
+	}
+}
+
+func (s *liveSketch) down(j int) {
+	n := len(s.heap)
+	for {
+		l := 2*j + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && s.less(r, l) {
+			m = r
+		}
+		if !s.less(m, j) {
+			return
+		}
+		s.swap(j, m)
+		j = m
+	}
+}
+
+// freeze returns an immutable copy of the sketch.
+func (s *liveSketch) freeze() frozenSketch {
+	f := frozenSketch{ents: slices.Clone(s.ents)}
+	if len(s.ents) == hotCapacity {
+		f.floor = s.ents[s.heap[0]].count
+	}
+	return f
+}
+
+func (s *liveSketch) reset() {
+	clear(s.m)
+	s.ents = s.ents[:0]
+	s.pos = s.pos[:0]
+	s.heap = s.heap[:0]
+}
+
+// frozenSketch is a closed sketch. floor bounds the ranked figure of any key
+// not in ents. ents is never modified once built (readers share it).
+type frozenSketch struct {
+	ents  []hotEntry
+	floor int64
+}
+
+// mergeSketches merges sketches into one of at most capacity entries.
+func mergeSketches(srcs []frozenSketch, capacity int) frozenSketch {
+	var floorSum int64
+	n := 0
+	for _, s := range srcs {
+		floorSum += s.floor
+		n += len(s.ents)
+	}
+	if len(srcs) == 1 && len(srcs[0].ents) <= capacity {
+		return srcs[0]
+	}
+	idx := make(map[string]int, n)
+	acc := make([]hotEntry, 0, n)
+	for _, s := range srcs {
+		for _, e := range s.ents {
+			i, ok := idx[e.key]
+			if !ok {
+				i = len(acc)
+				idx[e.key] = i
+				acc = append(acc, hotEntry{key: e.key, class: e.class})
+			}
+			a := &acc[i]
+			// Count the excess over this bucket's floor; every bucket's
+			// floor is added back below, present or not.
+			a.count += e.count - s.floor
+			a.err += e.err - s.floor
+			a.cont += e.cont
+			a.wait += e.wait
+			a.acq += e.acq
+		}
+	}
+	for i := range acc {
+		acc[i].count += floorSum
+		acc[i].err += floorSum
+	}
+	sortHot(acc)
+	out := frozenSketch{floor: floorSum}
+	if len(acc) > capacity {
+		out.floor = max(floorSum, acc[capacity].count)
+		acc = acc[:capacity:capacity]
+	}
+	out.ents = acc
+	return out
+}
+
+// sortHot orders entries by ranked figure, highest first, then by key.
+func sortHot(es []hotEntry) {
+	slices.SortFunc(es, func(a, b hotEntry) int {
+		if c := cmp.Compare(b.count, a.count); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.key, b.key)
+	})
+}
+
+// hotTotals are exact window totals, kept beside the sketches.
+type hotTotals struct{ cont, wait, acq int64 }
+
+func (t *hotTotals) add(o hotTotals) { t.cont += o.cont; t.wait += o.wait; t.acq += o.acq }
+
+// hotBucket is a frozen bucket: step is the 10 s step, or the minute, it
+// covers.
+type hotBucket struct {
+	step   int64
+	valid  bool
+	cont   frozenSketch
+	wait   frozenSketch
+	totals hotTotals
+}
+
+// hotKeys holds the live bucket and the frozen ones. It is guarded by the
+// aggregator's lock; frozen sketches are immutable and read outside it.
+type hotKeys struct {
+	step       int64 // the live bucket's step
+	liveCont   *liveSketch
+	liveWait   *liveSketch
+	liveTotals hotTotals
+	tens       [hotTenSlots]hotBucket
+	minutes    [hotMinuteSlot]hotBucket
+
+	cacheMu sync.Mutex
+	cache   map[hotCacheKey]hotCached
+}
+
+type hotCacheKey struct {
+	window time.Duration
+	by     Ranking
+}
+
+// hotCached is the merge of a window's frozen buckets, valid while the
+// live bucket is at step.
+type hotCached struct {
+	step   int64
+	merged frozenSketch
+}
+
+func newHotKeys(now int64) *hotKeys {
+	return &hotKeys{
+		step:     stepOf(now),
+		liveCont: newLiveSketch(),
+		liveWait: newLiveSketch(),
+		cache:    make(map[hotCacheKey]hotCached),
+	}
+}
+
+// record counts one acquired or failed event.
+func (h *hotKeys) record(key, class string, contended bool, wait time.Duration, acquired bool) {
+	var c, a int64
+	if contended {
+		c = 1
+	}
+	if acquired {
+		a = 1
+	}
+	w := int64(wait)
+	h.liveCont.add(key, class, c, c, w, a)
+	h.liveWait.add(key, class, w, c, w, a)
+	h.liveTotals.add(hotTotals{c, w, a})
+}
+
+// advance moves the live bucket to the step of now, freezing the old one.
+func (h *hotKeys) advance(now int64) {
+	cur := stepOf(now)
+	if cur <= h.step {
+		return
+	}
+	old := h.step
+	h.tens[old%hotTenSlots] = hotBucket{step: old, valid: true,
+		cont: h.liveCont.freeze(), wait: h.liveWait.freeze(), totals: h.liveTotals}
+	h.liveCont.reset()
+	h.liveWait.reset()
+	h.liveTotals = hotTotals{}
+	if m := old / hotMinuteLen; cur/hotMinuteLen > m {
+		var cont, wait []frozenSketch
+		var totals hotTotals
+		for s := m * hotMinuteLen; s <= old; s++ {
+			if b := h.tens[s%hotTenSlots]; b.valid && b.step == s {
+				cont = append(cont, b.cont)
+				wait = append(wait, b.wait)
+				totals.add(b.totals)
+			}
+		}
+		h.minutes[m%hotMinuteSlot] = hotBucket{step: m, valid: true,
+			cont: mergeSketches(cont, hotCapacity), wait: mergeSketches(wait, hotCapacity), totals: totals}
+	}
+	h.step = cur
+}
+
+// windowSources returns, under the aggregator's lock, the frozen sketches
+// of window for ranking by, a frozen copy of the live sketch, the window's
+// exact totals and the live step.
+func (h *hotKeys) windowSources(window time.Duration, by Ranking) (frozen []frozenSketch, live frozenSketch, totals hotTotals, step int64) {
+	pick := func(b *hotBucket) frozenSketch {
+		if by == ByWait {
+			return b.wait
+		}
+		return b.cont
+	}
+	cur := h.step
+	tenFrom := cur - int64(window/seriesStep)
+	if window > 5*time.Minute {
+		tenFrom = cur / hotMinuteLen * hotMinuteLen
+		m := cur / hotMinuteLen
+		for x := m - 60; x < m; x++ {
+			if b := &h.minutes[x%hotMinuteSlot]; b.valid && b.step == x {
+				frozen = append(frozen, pick(b))
+				totals.add(b.totals)
+			}
+		}
+	}
+	for s := tenFrom; s < cur; s++ {
+		if s < 0 {
+			continue
+		}
+		if b := &h.tens[s%hotTenSlots]; b.valid && b.step == s {
+			frozen = append(frozen, pick(b))
+			totals.add(b.totals)
+		}
+	}
+	if by == ByWait {
+		live = h.liveWait.freeze()
+	} else {
+		live = h.liveCont.freeze()
+	}
+	totals.add(h.liveTotals)
+	return frozen, live, totals, cur
+}
+
+// normalizeWindow maps any window onto one of Windows (the smallest that
+// covers it).
+func normalizeWindow(w time.Duration) time.Duration {
+	for _, x := range Windows {
+		if w <= x {
+			return x
+		}
+	}
+	return Windows[len(Windows)-1]
+}
+
+// hotTop returns the top n keys of window by ranking, and the window's exact
+// total of the ranked figure.
+func (a *Aggregator) hotTop(window time.Duration, by Ranking, n int) ([]HotKey, int64) {
+	window = normalizeWindow(window)
+	if by != ByWait {
+		by = ByContentions
+	}
+	h := a.hot
+	a.mu.Lock()
+	a.advanceLocked(a.nowNS())
+	frozen, live, totals, step := h.windowSources(window, by)
+	a.mu.Unlock()
+
+	key := hotCacheKey{window, by}
+	h.cacheMu.Lock()
+	c, ok := h.cache[key]
+	h.cacheMu.Unlock()
+	if !ok || c.step != step {
+		c = hotCached{step: step, merged: mergeSketches(frozen, hotCapacity)}
+		h.cacheMu.Lock()
+		h.cache[key] = c
+		h.cacheMu.Unlock()
+	}
+	merged := mergeSketches([]frozenSketch{c.merged, live}, hotCapacity)
+
+	out := make([]HotKey, 0, min(n, len(merged.ents)))
+	for _, e := range merged.ents {
+		if len(out) == n {
+			break
+		}
+		if e.count == 0 {
+			break // sorted: the rest are zero as well
+		}
+		hk := HotKey{Key: e.key, Class: e.class, Acquisitions: e.acq, Error: e.err}
+		if by == ByWait {
+			hk.Wait, hk.Contentions = time.Duration(e.count), e.cont
+		} else {
+			hk.Contentions, hk.Wait = e.count, time.Duration(e.wait)
+		}
+		out = append(out, hk)
+	}
+	total := totals.cont
+	if by == ByWait {
+		total = totals.wait
+	}
+	return out, total
+}

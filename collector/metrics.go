@@ -1,0 +1,265 @@
+package collector
+
+import (
+	"time"
+	"unicode/utf8"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// This file holds every lockscope_ metric: names, help texts, labels and
+// buckets. Counters and histograms are ordinary vectors whose children are
+// resolved once per class (so Apply never hashes label values); gauges that
+// mirror state (held, waiters, stuck, oldest hold, hot keys) are custom
+// Collectors producing const metrics at scrape time, so a class or key that
+// disappears from the state disappears from the exposition.
+
+const namespace = "lockscope"
+
+// Failure reasons (label values of lockscope_acquire_failures_total), in the
+// order of classState.failures.
+var failureReasons = [...]string{event.ReasonTimeout, event.ReasonCanceled, event.ReasonError, event.ReasonHeld}
+
+const (
+	reasonTimeout = iota
+	reasonCanceled
+	reasonError
+	reasonHeld
+)
+
+// Release outcomes (label values of lockscope_releases_total).
+var releaseOutcomes = [...]string{"released", event.ReasonNotOwner}
+
+// durationBuckets are the classic buckets of the wait and hold histograms:
+// 1 ms to 5 min. Native histogram buckets are kept alongside.
+var durationBuckets = []float64{
+	.001, .0025, .005, .01, .025, .05, .1, .25, .5,
+	1, 2.5, 5, 10, 30, 60, 120, 300,
+}
+
+// Label value limits for the hot-key gauge: keys are arbitrary bytes, label
+// values must be valid UTF-8 and should stay short.
+const maxKeyLabelLen = 200
+
+// hotKeyOther is the key (and class) label of the remainder series.
+const hotKeyOther = "__other__"
+
+type metrics struct {
+	acquisitions    *prometheus.CounterVec
+	contentions     *prometheus.CounterVec
+	failures        *prometheus.CounterVec
+	wait            *prometheus.HistogramVec
+	hold            *prometheus.HistogramVec
+	releases        *prometheus.CounterVec
+	expirations     *prometheus.CounterVec
+	renewalFailures *prometheus.CounterVec
+	forced          *prometheus.CounterVec
+	handoffs        *prometheus.CounterVec
+
+	events    *prometheus.CounterVec
+	eventsBy  [16]prometheus.Counter // by event.Type, resolved once
+	malformed prometheus.Counter
+	dropped   prometheus.Counter
+	streamGap prometheus.Counter
+	lastEvent prometheus.Gauge
+	lag       prometheus.Gauge
+	pending   prometheus.Gauge
+
+	state *stateCollector
+	hot   *hotKeyCollector
+}
+
+func durationHistogram(name, help string) *prometheus.HistogramVec {
+	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace:                       namespace,
+		Name:                            name,
+		Help:                            help,
+		Buckets:                         durationBuckets,
+		NativeHistogramBucketFactor:     1.1,
+		NativeHistogramMaxBucketNumber:  160,
+		NativeHistogramMinResetDuration: time.Hour,
+	}, []string{"class"})
+}
+
+func newMetrics(a *Aggregator) *metrics {
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+	}
+	m := &metrics{
+		acquisitions: counter("acquisitions_total", "Locks obtained.", "class"),
+		contentions: counter("contentions_total",
+			"Acquisitions that needed more than one attempt, plus single tries refused because the lock was held.", "class"),
+		failures: counter("acquire_failures_total",
+			"Obtain calls that gave up, by reason (timeout, canceled, error, held); unknown reasons count as error.", "class", "reason"),
+		wait: durationHistogram("wait_seconds",
+			"Time callers spent obtaining a lock, for acquisitions and failed obtains alike."),
+		hold: durationHistogram("hold_seconds",
+			"Time locks were held, observed once per hold when it ends (released, lost, expired or forced)."),
+		releases: counter("releases_total",
+			"Release calls by outcome: released, or not_owner when the lock had already passed to another owner.", "class", "outcome"),
+		expirations: counter("expirations_total",
+			"Holds whose TTL lapsed while held (no release or renewal), counted once per hold.", "class"),
+		renewalFailures: counter("renewal_failures_total", "Renewal attempts that failed.", "class"),
+		forced:          counter("forced_releases_total", "Locks released by an operator.", "class"),
+		handoffs:        counter("handoffs_total", "Acquisitions by a different owner than the key's previous owner.", "class"),
+		events:          counter("events_total", "Events applied from the stream, by type.", "type"),
+		malformed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "events_malformed_total",
+			Help: "Stream entries that could not be decoded (acknowledged and skipped)."}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "events_dropped_total",
+			Help: "Events emitters reported they had to drop (sum of dropped events' counts)."}),
+		streamGap: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_gap_entries_total",
+			Help: "Stream entries trimmed away before the collector read them."}),
+		lastEvent: gauge("last_event_timestamp_seconds", "Unix time of the newest applied event (never later than the collector's clock)."),
+		lag:       gauge("stream_lag_entries", "Stream entries not yet delivered to the consumer group."),
+		pending:   gauge("stream_pending_entries", "Entries delivered to the consumer group but not yet acknowledged."),
+	}
+	for _, t := range event.Types() {
+		m.eventsBy[t] = m.events.WithLabelValues(t.String())
+	}
+	m.state = &stateCollector{a: a,
+		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
+		waiters: prometheus.NewDesc(namespace+"_waiters",
+			"Mean number of callers waiting over the last minute, from completed waits (Little's law); a caller still waiting is counted when its obtain ends.",
+			[]string{"class"}, nil),
+		stuck: prometheus.NewDesc(namespace+"_stuck_locks", "Locks held longer than their class's stuck threshold.", []string{"class"}, nil),
+		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
+			"Unix time the oldest current hold began; absent while nothing of the class is held.", []string{"class"}, nil),
+	}
+	m.hot = &hotKeyCollector{a: a, desc: prometheus.NewDesc(namespace+"_hot_key_contentions",
+		"Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.",
+		[]string{"class", "key"}, nil)}
+	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
+		m.renewalFailures, m.forced, m.handoffs, m.events, m.malformed, m.dropped, m.streamGap,
+		m.lastEvent, m.lag, m.pending, m.state, m.hot,
+	}
+}
+
+// classMetrics are one class's metric children, resolved once.
+type classMetrics struct {
+	acquisitions    prometheus.Counter
+	contentions     prometheus.Counter
+	failures        [len(failureReasons)]prometheus.Counter
+	wait            prometheus.Observer
+	hold            prometheus.Observer
+	releases        [len(releaseOutcomes)]prometheus.Counter
+	expirations     prometheus.Counter
+	renewalFailures prometheus.Counter
+	forced          prometheus.Counter
+	handoffs        prometheus.Counter
+}
+
+func (m *metrics) forClass(class string) classMetrics {
+	c := classMetrics{
+		acquisitions:    m.acquisitions.WithLabelValues(class),
+		contentions:     m.contentions.WithLabelValues(class),
+		wait:            m.wait.WithLabelValues(class),
+		hold:            m.hold.WithLabelValues(class),
+		expirations:     m.expirations.WithLabelValues(class),
+		renewalFailures: m.renewalFailures.WithLabelValues(class),
+		forced:          m.forced.WithLabelValues(class),
+		handoffs:        m.handoffs.WithLabelValues(class),
+	}
+	for i, r := range failureReasons {
+		c.failures[i] = m.failures.WithLabelValues(class, r)
+	}
+	for i, o := range releaseOutcomes {
+		c.releases[i] = m.releases.WithLabelValues(class, o)
+	}
+	return c
+}
+
+// failureIndex maps a Failed event's reason to its label; unknown reasons
+// are errors.
+func failureIndex(reason string) int {
+	switch reason {
+	case event.ReasonTimeout:
+		return reasonTimeout
+	case event.ReasonCanceled:
+		return reasonCanceled
+	case event.ReasonHeld:
+		return reasonHeld
+	}
+	return reasonError
+}
+
+// stateCollector exports the per-class gauges mirrored from the aggregator's
+// state. Collect holds the aggregator's lock for one pass over the classes
+// (at most MaxClasses plus rule classes): microseconds.
+type stateCollector struct {
+	a                            *Aggregator
+	held, waiters, stuck, oldest *prometheus.Desc
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.held
+	ch <- c.waiters
+	ch <- c.stuck
+	ch <- c.oldest
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, g := range c.a.classGauges() {
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(g.held), g.class)
+		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, g.waiters, g.class)
+		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.stuck), g.class)
+		if g.held > 0 && g.oldest > 0 {
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.oldest)/1e9, g.class)
+		}
+	}
+}
+
+// hotKeyCollector exports the top contended keys of the last 5 minutes as
+// const metrics, so a key that leaves the top disappears at the next scrape.
+type hotKeyCollector struct {
+	a    *Aggregator
+	desc *prometheus.Desc
+}
+
+func (c *hotKeyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
+	top, total := c.a.hotTop(5*time.Minute, ByContentions, 10)
+	type label struct{ class, key string }
+	vals := make(map[label]float64, len(top))
+	order := make([]label, 0, len(top))
+	var sum int64
+	for _, h := range top {
+		// Distinct keys can share a label after sanitising; merge them
+		// rather than emit a duplicate series.
+		l := label{labelValue(h.Class), labelValue(h.Key)}
+		if _, ok := vals[l]; !ok {
+			order = append(order, l)
+		}
+		vals[l] += float64(h.Contentions)
+		sum += h.Contentions
+	}
+	for _, l := range order {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, vals[l], l.class, l.key)
+	}
+	rest := total - sum
+	if rest < 0 {
+		rest = 0 // the top figures are over-estimates
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(rest), hotKeyOther, hotKeyOther)
+}
+
+// labelValue makes s a valid, bounded label value.
+func labelValue(s string) string {
+	if len(s) <= maxKeyLabelLen && utf8.ValidString(s) {
+		return s
+	}
+	b, n := appendSanitizedN(make([]byte, 0, maxKeyLabelLen+3), s, maxKeyLabelLen)
+	if n < len(s) {
+		b = append(b, "…"...)
+	}
+	return string(b)
+}

@@ -1,0 +1,230 @@
+package collector
+
+import (
+	"time"
+)
+
+// Time is cut into steps of seriesStep by the collector's clock at the
+// moment events are applied: the overview series, the per-key sparklines,
+// the waiter figures and the hot-key buckets all share these steps.
+const (
+	seriesStep        = 10 * time.Second
+	overviewSeriesLen = 60 // 10 minutes
+	keySeriesLen      = 30 // 5 minutes
+	waiterSteps       = 6  // the waiter figure covers the last minute
+)
+
+func stepOf(ns int64) int64 { return ns / int64(seriesStep) }
+
+// keyBounds are the bucket bounds of per-key wait and hold distributions.
+var keyBounds = []time.Duration{
+	time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 500 * time.Millisecond, time.Second, 5 * time.Second,
+	10 * time.Second, 30 * time.Second, time.Minute, 5 * time.Minute,
+}
+
+// dist is a small fixed-bucket histogram over keyBounds.
+type dist struct {
+	counts [13]uint32
+	sum    int64
+	n      int64
+}
+
+func (d *dist) add(v time.Duration) {
+	i := 0
+	for i < len(keyBounds) && v > keyBounds[i] {
+		i++
+	}
+	if d.counts[i] < ^uint32(0) {
+		d.counts[i]++
+	}
+	d.sum += int64(v)
+	d.n++
+}
+
+func (d *dist) export() Distribution {
+	out := Distribution{
+		Bounds: append([]time.Duration(nil), keyBounds...),
+		Counts: make([]int64, len(d.counts)),
+		Sum:    time.Duration(d.sum),
+		Count:  d.n,
+	}
+	for i, c := range d.counts {
+		out.Counts[i] = int64(c)
+	}
+	return out
+}
+
+// quantileBounds are the finer bounds of the overview's p99 figures.
+var quantileBounds = []time.Duration{
+	100 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond,
+	10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond,
+	time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 20 * time.Second,
+	30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute,
+}
+
+type qhist [22]int64
+
+func (h *qhist) add(v time.Duration) {
+	i := 0
+	for i < len(quantileBounds) && v > quantileBounds[i] {
+		i++
+	}
+	h[i]++
+}
+
+// quantile returns the upper bound of the bucket holding quantile q: a
+// conservative figure (the true quantile is at most this). Beyond the last
+// bound it answers the last bound.
+func (h *qhist) quantile(q float64) time.Duration {
+	var total int64
+	for _, c := range h {
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := int64(q*float64(total) + 0.999999)
+	var cum int64
+	for i, c := range h {
+		cum += c
+		if cum >= rank {
+			if i < len(quantileBounds) {
+				return quantileBounds[i]
+			}
+			break
+		}
+	}
+	return quantileBounds[len(quantileBounds)-1]
+}
+
+// stepStats are the overview figures of one step.
+type stepStats struct {
+	step                      int64 // which step these figures belong to
+	acquisitions, contentions int64
+	refused, failures         int64
+	expirations, forced       int64
+	wait, hold                qhist
+}
+
+// stepRing keeps the overview figures of the last overviewSeriesLen steps.
+type stepRing struct{ s [overviewSeriesLen]stepStats }
+
+// at returns the figures of step, resetting a slot left from an older lap.
+func (r *stepRing) at(step int64) *stepStats {
+	s := &r.s[step%overviewSeriesLen]
+	if s.step != step {
+		*s = stepStats{step: step}
+	}
+	return s
+}
+
+// get returns the figures of step, or nil if none were recorded.
+func (r *stepRing) get(step int64) *stepStats {
+	s := &r.s[step%overviewSeriesLen]
+	if s.step != step {
+		return nil
+	}
+	return s
+}
+
+// waitRing turns completed waits into a mean number of concurrent waiters
+// over the last minute (Little's law): each wait adds the time it covered to
+// the steps it covered, so a 5-minute wait that ends now adds one waiter for
+// the last minute, not five.
+type waitRing struct {
+	ns   [waiterSteps]int64
+	step int64 // newest slot's step
+}
+
+func (w *waitRing) advance(step int64) {
+	if step <= w.step {
+		return
+	}
+	if step-w.step >= waiterSteps {
+		w.ns = [waiterSteps]int64{}
+	} else {
+		for s := w.step + 1; s <= step; s++ {
+			w.ns[s%waiterSteps] = 0
+		}
+	}
+	w.step = step
+}
+
+// add records a wait of d that ended at now (unix ns).
+func (w *waitRing) add(now int64, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	cur := stepOf(now)
+	if cur < w.step {
+		return // the clock went back: drop rather than corrupt older slots
+	}
+	w.advance(cur)
+	begin := now - int64(d)
+	end := now
+	for s := cur; s > cur-waiterSteps && end > begin; s-- {
+		start := s * int64(seriesStep)
+		lo := max(begin, start)
+		w.ns[s%waiterSteps] += end - lo
+		end = start
+	}
+}
+
+// mean returns the mean number of waiters over the steps ending at now.
+func (w *waitRing) mean(now int64) float64 {
+	cur := stepOf(now)
+	if cur-w.step >= waiterSteps {
+		return 0
+	}
+	var sum int64
+	for s := cur - waiterSteps + 1; s <= cur; s++ {
+		if s <= w.step && s > w.step-waiterSteps {
+			sum += w.ns[s%waiterSteps]
+		}
+	}
+	span := now - (cur-waiterSteps+1)*int64(seriesStep)
+	if span <= 0 {
+		return 0
+	}
+	return float64(sum) / float64(span)
+}
+
+// addAcquisition counts one acquisition at now in a key's sparkline.
+func (s *keyStats) addAcquisition(now int64) {
+	cur := stepOf(now)
+	if cur > s.acqAt {
+		if cur-s.acqAt >= keySeriesLen {
+			s.acq = [keySeriesLen]uint32{}
+		} else {
+			for i := s.acqAt + 1; i <= cur; i++ {
+				s.acq[i%keySeriesLen] = 0
+			}
+		}
+		s.acqAt = cur
+	}
+	i := cur % keySeriesLen
+	if cur < s.acqAt-keySeriesLen+1 {
+		return // older than the ring (clock went back)
+	}
+	if s.acq[i] < ^uint32(0) {
+		s.acq[i]++
+	}
+}
+
+// series returns acquisitions per second per step, oldest first, ending at
+// the step of now.
+func (s *keyStats) series(now int64) []float64 {
+	cur := stepOf(now)
+	out := make([]float64, keySeriesLen)
+	for j := 0; j < keySeriesLen; j++ {
+		step := cur - keySeriesLen + 1 + int64(j)
+		if step > s.acqAt || step <= s.acqAt-keySeriesLen {
+			continue
+		}
+		out[j] = float64(s.acq[step%keySeriesLen]) / seriesStep.Seconds()
+	}
+	return out
+}
