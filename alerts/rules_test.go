@@ -255,3 +255,21 @@ func minutes(t *testing.T, d string) int {
 	}
 	return n
 }
+
+// TestRuleMetricsAreExported checks every metric the rules read against
+// what the collector exports after a scripted run, and every recorded
+// series they read against the recording rules.
+func TestRuleMetricsAreExported(t *testing.T) {
+	f := promqltest.ReadRules(t, rulesFile)
+	recorded := map[string]bool{}
+	var exprs []promqltest.Expr
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			if r.Record != "" {
+				recorded[r.Record] = true
+			}
+			exprs = append(exprs, promqltest.Expr{Where: rulesFile + ": " + r.Record + r.Alert, Expr: r.Expr})
+		}
+	}
+	promqltest.CheckExported(t, exprs, promqltest.Exported(t), recorded)
+}
