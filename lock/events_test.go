@@ -1,0 +1,118 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/lockscope/lockscope/event"
+)
+
+// TestEventFields reads back every field of each event type the client
+// records. Times vary, so TS, Wait and Hold are checked for range and the
+// rest compared exactly.
+func TestEventFields(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "app/host/1")
+	key := p + "k"
+	ctx := context.Background()
+	before := time.Now().UnixNano()
+
+	l := mustObtain(t, c, key, time.Second, &ObtainOptions{Fencing: true})
+	if _, _, err := New(rdb, &Options{Owner: "other", Recorder: rec}).Try(ctx, key, time.Second, nil); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Try = %v, want ErrNotObtained", err)
+	}
+	if err := l.Refresh(ctx, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := mustObtain(t, c, key, time.Second, nil)
+	rdb.Del(ctx, key)
+	if err := l2.Refresh(ctx, time.Second); !errors.Is(err, ErrLost) {
+		t.Fatalf("Refresh of deleted = %v, want ErrLost", err)
+	}
+	if err := l2.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release of deleted = %v, want ErrNotHeld", err)
+	}
+	l3 := mustObtain(t, c, key, time.Second, nil)
+	h, err := c.Inspect(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ForceRelease(ctx, key, h.Fingerprint, "operator", "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now().UnixNano()
+
+	want := []event.Event{
+		{Type: event.Acquired, Key: key, Owner: "app/host/1", Lease: l.ID(), TTL: time.Second, Attempts: 1, Fence: l.Fence()},
+		{Type: event.Failed, Key: key, Owner: "other", Attempts: 1, Reason: event.ReasonHeld, Holder: "app/host/1"},
+		{Type: event.Renewed, Key: key, Owner: "app/host/1", Lease: l.ID(), TTL: 2 * time.Second, Fence: l.Fence()},
+		{Type: event.Released, Key: key, Owner: "app/host/1", Lease: l.ID(), Fence: l.Fence()},
+		{Type: event.Acquired, Key: key, Owner: "app/host/1", Lease: l2.ID(), TTL: time.Second, Attempts: 1},
+		{Type: event.Lost, Key: key, Owner: "app/host/1", Lease: l2.ID(), Reason: event.ReasonNotOwner},
+		{Type: event.Released, Key: key, Owner: "app/host/1", Lease: l2.ID(), Reason: event.ReasonNotOwner},
+		{Type: event.Acquired, Key: key, Owner: "app/host/1", Lease: l3.ID(), TTL: time.Second, Attempts: 1},
+		{Type: event.Forced, Key: key, Owner: "app/host/1", Lease: l3.ID(), By: "operator", Reason: "stuck"},
+	}
+	rec.mu.Lock()
+	got := append([]event.Event(nil), rec.events...)
+	rec.mu.Unlock()
+	if l.Fence() <= 0 {
+		t.Errorf("fenced lease Fence() = %d, want > 0", l.Fence())
+	}
+	for i, e := range got {
+		if e.TS < before || e.TS > after {
+			t.Errorf("event %d (%v) TS %d outside [%d, %d]", i, e.Type, e.TS, before, after)
+		}
+		switch e.Type {
+		case event.Acquired, event.Failed:
+			if e.Wait <= 0 || e.Wait > time.Second {
+				t.Errorf("event %d (%v) Wait = %v, want in (0, 1s]", i, e.Type, e.Wait)
+			}
+		case event.Released, event.Lost, event.Forced:
+			if e.Hold <= 0 || e.Hold > 2*time.Second {
+				t.Errorf("event %d (%v) Hold = %v, want in (0, 2s]", i, e.Type, e.Hold)
+			}
+		}
+	}
+	// The failed event carries the lease id the refused try would have had.
+	if len(got) > 1 {
+		if got[1].Lease == "" || got[1].Lease == l.ID() {
+			t.Errorf("failed event lease = %q, want the refused try's own id", got[1].Lease)
+		}
+		want[1].Lease = got[1].Lease
+	}
+	ignore := cmpopts.IgnoreFields(event.Event{}, "TS", "Wait", "Hold")
+	if d := cmp.Diff(want, got, ignore); d != "" {
+		t.Errorf("events (-want +got):\n%s", d)
+	}
+}
+
+// TestNoRecorderNoEvents checks a nil recorder is safe on every path.
+func TestNoRecorderNoEvents(t *testing.T) {
+	_, rdb, _, p := newClient(t, "")
+	c := New(rdb, nil)
+	ctx := context.Background()
+	l := mustObtain(t, c, p+"k", time.Second, &ObtainOptions{AutoRenew: true, Fencing: true})
+	if _, _, err := c.Try(ctx, p+"k", time.Second, nil); !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Try = %v", err)
+	}
+	if err := l.Refresh(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	h, err := c.Inspect(ctx, p+"k")
+	if err != nil || h.Owner != DefaultOwner() {
+		t.Fatalf("Inspect = %+v, %v, want owner %q", h, err, DefaultOwner())
+	}
+	if _, err := c.ForceRelease(ctx, p+"k", h.Fingerprint, "op", "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Fatalf("Release after force = %v, want ErrNotHeld", err)
+	}
+}

@@ -1,0 +1,172 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+)
+
+// redistest's per-server goroutine that waits for redis-server to exit.
+var ignoreServerWait = goleak.IgnoreAnyFunction("github.com/lockscope/lockscope/internal/redistest.(*Server).Start.func1")
+
+func TestRedisStopped(t *testing.T) {
+	defer goleak.VerifyNone(t, ignoreServerWait, goleak.IgnoreCurrent())
+	srv := redistest.Start(t, redistest.Options{Notify: "none"})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer rdb.Close()
+	rec := &recorder{}
+	c := New(rdb, &Options{Owner: "o", Recorder: rec})
+	ctx := context.Background()
+	l := mustObtain(t, c, "k", 10*time.Second, nil)
+	srv.Stop()
+
+	const deadline = 300 * time.Millisecond
+	octx, cancel := context.WithTimeout(ctx, deadline)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Obtain(octx, "other", time.Second, &ObtainOptions{Retry: LinearBackoff(20 * time.Millisecond)})
+	took := time.Since(start)
+	var noe *NotObtainedError
+	if !errors.As(err, &noe) {
+		t.Fatalf("Obtain with Redis stopped = %v, want ErrNotObtained", err)
+	}
+	if noe.Reason != event.ReasonTimeout && noe.Reason != event.ReasonError {
+		t.Errorf("reason = %q, want timeout or error", noe.Reason)
+	}
+	if took > deadline+250*time.Millisecond {
+		t.Errorf("Obtain returned after %v, want within its %v deadline (+ slack)", took, deadline)
+	}
+
+	// A single attempt reports the error as soon as the client gives up
+	// dialling (one dial attempt here; go-redis's default is five).
+	rdb1 := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1})
+	defer rdb1.Close()
+	_, err = New(rdb1, nil).Obtain(ctx, "other", time.Second, nil)
+	if !errors.As(err, &noe) || noe.Reason != event.ReasonError || noe.Err == nil {
+		t.Errorf("single Obtain with Redis stopped = %v, want reason error with the cause", err)
+	}
+
+	rctx, rcancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer rcancel()
+	if err := l.Refresh(rctx, time.Second); err == nil || errors.Is(err, ErrLost) {
+		t.Errorf("Refresh with Redis stopped = %v, want a (transient) Redis error", err)
+	}
+	if f := rec.of(event.RenewFailed); len(f) != 1 || f[0].Reason != event.ReasonError || f[0].Lease != l.ID() {
+		t.Errorf("renew_failed events = %+v, want one with reason error", f)
+	}
+	if err := l.Err(); err != nil {
+		t.Errorf("Err() after a failed refresh = %v, want nil (transient)", err)
+	}
+	for _, e := range rec.of(event.Failed) {
+		if e.Reason != event.ReasonTimeout && e.Reason != event.ReasonError {
+			t.Errorf("failed event reason %q", e.Reason)
+		}
+	}
+}
+
+func TestRenewalSurvivesShortOutage(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Notify: "none"})
+	rdb := srv.Client(t)
+	rec := &recorder{}
+	c := New(rdb, &Options{Recorder: rec})
+	const ttl = 600 * time.Millisecond
+	l := mustObtain(t, c, "k", ttl, &ObtainOptions{AutoRenew: true})
+	// Redis's data goes with the restart, so the lease must notice the loss
+	// once Redis answers again, after renew_failed events meanwhile.
+	srv.Stop()
+	time.Sleep(ttl / 2)
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if !waitClosed(l.Done(), 2*ttl) {
+		t.Fatal("lease did not notice the lock vanished with the restart")
+	}
+	if len(rec.of(event.RenewFailed)) == 0 {
+		t.Error("no renew_failed event during the outage")
+	}
+	if lost := rec.of(event.Lost); len(lost) != 1 || (lost[0].Reason != event.ReasonNotOwner && lost[0].Reason != event.ReasonError) {
+		t.Errorf("lost events = %+v, want one (not_owner or error)", lost)
+	}
+}
+
+func TestDegradedMode(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Notify: "none"})
+	// Fallback starts when the client gives up dialling; go-redis's default
+	// of 5 dial attempts would take ~1.7 s per call.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	rec := &recorder{}
+	c := New(rdb, &Options{Owner: "local", Recorder: rec, Degraded: true})
+	ctx := context.Background()
+	srv.Stop()
+
+	l, err := c.Obtain(ctx, "k", time.Minute, &ObtainOptions{Fencing: true})
+	if err != nil {
+		t.Fatalf("Obtain in degraded mode with Redis stopped = %v, want a local lease", err)
+	}
+	if !l.Degraded() || l.Fence() <= 0 {
+		t.Errorf("lease Degraded() = %v, Fence() = %d, want true and > 0", l.Degraded(), l.Fence())
+	}
+	_, h, err := c.Try(ctx, "k", time.Second, nil)
+	if !errors.Is(err, ErrNotObtained) || h == nil || !h.Degraded || h.Lease != l.ID() {
+		t.Fatalf("second Try in this process = %+v, %v, want ErrNotObtained naming the degraded lease", h, err)
+	}
+	if !strings.Contains(err.Error(), "process-local") {
+		t.Errorf("error %q does not say the holder is process-local", err)
+	}
+	ih, err := c.Inspect(ctx, "k")
+	if err != nil || !ih.Degraded || ih.Owner != "local" || ih.TTL <= 0 {
+		t.Errorf("Inspect in degraded mode = %+v, %v, want the degraded holder", ih, err)
+	}
+	if err := l.Refresh(ctx, 2*time.Minute); err != nil {
+		t.Errorf("Refresh of degraded lease = %v", err)
+	}
+	if d, err := l.TTL(ctx); err != nil || d <= time.Minute {
+		t.Errorf("TTL of degraded lease = %v, %v, want > 1m", d, err)
+	}
+
+	// Redis is back: the degraded lease still excludes this process.
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Try(ctx, "k", time.Second, nil); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("Try while a degraded lease is held = %v, want ErrNotObtained", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release of degraded lease = %v", err)
+	}
+	l2, err := c.Obtain(ctx, "k", time.Second, nil)
+	if err != nil || l2.Degraded() {
+		t.Fatalf("Obtain after recovery = %v (degraded %v), want a Redis lease", err, l2 != nil && l2.Degraded())
+	}
+	l2.Release(ctx)
+
+	a := rec.of(event.Acquired)
+	if len(a) != 2 || !a[0].Degraded || a[1].Degraded {
+		t.Errorf("acquired events = %+v, want the first degraded, the second not", a)
+	}
+	if r := rec.of(event.Released); len(r) != 2 || !r[0].Degraded || r[0].Reason != "" {
+		t.Errorf("released events = %+v, want the first degraded", r)
+	}
+	if f := rec.of(event.Failed); len(f) != 2 || !f[0].Degraded || f[0].Holder != "local" {
+		t.Errorf("failed events = %+v, want refused tries naming the degraded holder", f)
+	}
+}
+
+func TestDegradedOffByDefault(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Notify: "none"})
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetries: 1})
+	t.Cleanup(func() { rdb.Close() })
+	c := New(rdb, nil)
+	srv.Stop()
+	if _, err := c.Obtain(context.Background(), "k", time.Second, nil); !errors.Is(err, ErrNotObtained) {
+		t.Errorf("Obtain with Redis stopped and degraded mode off = %v, want ErrNotObtained", err)
+	}
+}

@@ -1,0 +1,103 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+func TestForceRelease(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "holder")
+	ctx := context.Background()
+
+	t.Run("matching fingerprint deletes", func(t *testing.T) {
+		key := p + "a"
+		l := mustObtain(t, c, key, 10*time.Second, &ObtainOptions{Fencing: true})
+		seen, err := c.Inspect(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops@example", "stuck job")
+		if err != nil {
+			t.Fatalf("ForceRelease = %v, want nil", err)
+		}
+		if h.Lease != l.ID() || h.Owner != "holder" || h.Fence != l.Fence() {
+			t.Errorf("released holder = %+v, want lease %s of holder", h, l.ID())
+		}
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("key exists after ForceRelease")
+		}
+		f := rec.of(event.Forced)
+		if len(f) != 1 || f[0].Owner != "holder" || f[0].By != "ops@example" || f[0].Reason != "stuck job" ||
+			f[0].Lease != l.ID() || f[0].Key != key || f[0].Fence != l.Fence() || f[0].Hold <= 0 {
+			t.Errorf("forced events = %+v, want one naming holder, operator, reason, lease, hold", f)
+		}
+	})
+
+	t.Run("stale fingerprint touches nothing", func(t *testing.T) {
+		key := p + "b"
+		first := mustObtain(t, c, key, 10*time.Second, nil)
+		seen, _ := c.Inspect(ctx, key)
+		first.Release(ctx)
+		second := mustObtain(t, New(rdb, &Options{Owner: "newcomer"}), key, 10*time.Second, nil)
+		v0, pttl0 := keyState(t, rdb, key)
+		n := len(rec.of(event.Forced))
+
+		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "stale view")
+		if !errors.Is(err, ErrOwnerChanged) {
+			t.Fatalf("ForceRelease(stale) = %v, want ErrOwnerChanged", err)
+		}
+		if h == nil || h.Owner != "newcomer" || h.Lease != second.ID() {
+			t.Errorf("holder = %+v, want the current holder newcomer", h)
+		}
+		v1, pttl1 := keyState(t, rdb, key)
+		if v1 != v0 || pttl1 > pttl0 || pttl1 <= 0 {
+			t.Errorf("key after stale ForceRelease = %q (PTTL %v), want unchanged %q (PTTL <= %v)", v1, pttl1, v0, pttl0)
+		}
+		if len(rec.of(event.Forced)) != n {
+			t.Errorf("a refused ForceRelease recorded a forced event")
+		}
+	})
+
+	t.Run("missing key", func(t *testing.T) {
+		if _, err := c.ForceRelease(ctx, p+"none", Fingerprint("x"), "ops", ""); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("ForceRelease(missing) = %v, want ErrNotHeld", err)
+		}
+		if _, err := c.Inspect(ctx, p+"none"); !errors.Is(err, ErrNotHeld) {
+			t.Errorf("Inspect(missing) = %v, want ErrNotHeld", err)
+		}
+	})
+
+	t.Run("foreign value", func(t *testing.T) {
+		key := p + "redsync"
+		rdb.Set(ctx, key, "abc123token", 5*time.Second)
+		h, err := c.Inspect(ctx, key)
+		if err != nil || !h.Foreign || h.Owner != "abc123token" || h.Since != (time.Time{}) || h.Fingerprint != Fingerprint("abc123token") {
+			t.Fatalf("Inspect(foreign) = %+v, %v, want Foreign with the raw value as owner", h, err)
+		}
+		if _, err := c.ForceRelease(ctx, key, h.Fingerprint, "ops", "other library"); err != nil {
+			t.Errorf("ForceRelease(foreign) = %v", err)
+		}
+	})
+
+	t.Run("renewing holder sees it within one interval", func(t *testing.T) {
+		key := p + "c"
+		const ttl = 600 * time.Millisecond
+		l := mustObtain(t, c, key, ttl, &ObtainOptions{AutoRenew: true})
+		seen, _ := c.Inspect(ctx, key)
+		if _, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "test"); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if !waitClosed(l.Context().Done(), ttl/3+200*time.Millisecond) {
+			t.Fatalf("lease context not cancelled within one renewal interval (%v) of the forced release", ttl/3)
+		}
+		t.Logf("lease saw the forced release after %v", time.Since(start))
+		if !errors.Is(l.Err(), ErrLost) {
+			t.Errorf("Err() = %v, want ErrLost", l.Err())
+		}
+	})
+}

@@ -1,0 +1,91 @@
+package lock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// recorder is a Recorder that keeps every event.
+type recorder struct {
+	mu     sync.Mutex
+	events []event.Event
+}
+
+func (r *recorder) Record(e event.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// of returns the recorded events of type t.
+func (r *recorder) of(t event.Type) []event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []event.Event
+	for _, e := range r.events {
+		if e.Type == t {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// newClient returns a client of the shared server, its Redis client, a
+// recorder receiving its events and a key prefix unique to the test.
+func newClient(t *testing.T, owner string) (*Client, *redis.Client, *recorder, string) {
+	t.Helper()
+	rdb := redistest.Shared(t).Client(t)
+	rec := &recorder{}
+	return New(rdb, &Options{Owner: owner, Recorder: rec}), rdb, rec, redistest.KeyPrefix(t)
+}
+
+// eventually polls cond every few milliseconds until it holds or within
+// passes; it returns how long that took.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+// mustObtain obtains key or fails the test.
+func mustObtain(t *testing.T, c *Client, key string, ttl time.Duration, opt *ObtainOptions) *Lease {
+	t.Helper()
+	l, err := c.Obtain(context.Background(), key, ttl, opt)
+	if err != nil {
+		t.Fatalf("Obtain(%q) = %v, want a lease", key, err)
+	}
+	return l
+}
+
+// keyState returns a key's value and PTTL.
+func keyState(t *testing.T, rdb redis.UniversalClient, key string) (string, time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	v, err := rdb.Get(ctx, key).Result()
+	if err != nil && err != redis.Nil {
+		t.Fatal(err)
+	}
+	return v, rdb.PTTL(ctx, key).Val()
+}
+
+// waitClosed reports whether ch closes within d.
+func waitClosed(ch <-chan struct{}, d time.Duration) bool {
+	select {
+	case <-ch:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}

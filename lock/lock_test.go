@@ -1,0 +1,442 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+func TestMutualExclusion(t *testing.T) {
+	c, _, _, p := newClient(t, "mutex")
+	key := p + "counter"
+	const workers, rounds = 50, 4
+	// The counter is read and written in two steps: without mutual
+	// exclusion, increments are lost. The atomics only keep the race
+	// detector from flagging what the lock (invisible to it) orders.
+	var counter, inside, overlaps atomic.Int64
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opt := &ObtainOptions{Retry: ExponentialBackoff(time.Millisecond, 20*time.Millisecond)}
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				l, err := c.Obtain(ctx, key, 5*time.Second, opt)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if inside.Add(1) != 1 {
+					overlaps.Add(1)
+				}
+				v := counter.Load()
+				runtime.Gosched()
+				time.Sleep(100 * time.Microsecond)
+				counter.Store(v + 1)
+				inside.Add(-1)
+				if err := l.Release(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	if got, want := counter.Load(), int64(workers*rounds); got != want {
+		t.Errorf("counter = %d, want %d", got, want)
+	}
+	if n := overlaps.Load(); n != 0 {
+		t.Errorf("%d times two holders were inside at once, want 0", n)
+	}
+}
+
+func TestTTLExpiry(t *testing.T) {
+	c, rdb, _, p := newClient(t, "a")
+	key := p + "k"
+	ctx := context.Background()
+	const ttl = 150 * time.Millisecond
+	start := time.Now()
+	l := mustObtain(t, c, key, ttl, nil)
+	if _, pttl := keyState(t, rdb, key); pttl <= 0 || pttl > ttl {
+		t.Fatalf("PTTL after Obtain = %v, want in (0, %v]", pttl, ttl)
+	}
+	other := New(rdb, &Options{Owner: "b"})
+	var l2 *Lease
+	eventually(t, 2*time.Second, "lock free after TTL", func() bool {
+		var err error
+		l2, _, err = other.Try(ctx, key, time.Second, nil)
+		return err == nil
+	})
+	if took := time.Since(start); took < ttl-10*time.Millisecond {
+		t.Errorf("second owner got the lock after %v, before the TTL %v", took, ttl)
+	}
+	if err := l.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err() after expiry = %v, want ErrLost", err)
+	}
+	if err := l.Refresh(ctx, time.Second); !errors.Is(err, ErrLost) {
+		t.Errorf("Refresh after expiry = %v, want ErrLost", err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Release after expiry = %v, want ErrNotHeld", err)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Errorf("Release by new owner = %v, want nil", err)
+	}
+}
+
+func TestNonOwnerChangesNothing(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "old")
+	key := p + "k"
+	ctx := context.Background()
+	old := mustObtain(t, c, key, 10*time.Second, nil)
+	rdb.Del(ctx, key)
+	cur := mustObtain(t, New(rdb, &Options{Owner: "new"}), key, 10*time.Second, nil)
+	v0, pttl0 := keyState(t, rdb, key)
+
+	if err := old.Refresh(ctx, time.Minute); !errors.Is(err, ErrLost) {
+		t.Errorf("Refresh by non-owner = %v, want ErrLost", err)
+	}
+	if err := old.Release(ctx); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("Release by non-owner = %v, want ErrNotHeld", err)
+	}
+	v1, pttl1 := keyState(t, rdb, key)
+	if v1 != v0 {
+		t.Errorf("value after non-owner calls = %q, want unchanged %q", v1, v0)
+	}
+	if pttl1 > pttl0 || pttl1 <= 0 {
+		t.Errorf("PTTL after non-owner calls = %v, want unchanged (<= %v)", pttl1, pttl0)
+	}
+	if rel := rec.of(event.Released); len(rel) != 1 || rel[0].Reason != event.ReasonNotOwner || rel[0].Lease != old.ID() {
+		t.Errorf("released events = %+v, want one with reason not_owner for lease %s", rel, old.ID())
+	}
+	if err := cur.Release(ctx); err != nil {
+		t.Errorf("Release by owner = %v", err)
+	}
+	if v, _ := keyState(t, rdb, key); v != "" {
+		t.Errorf("value after owner's Release = %q, want none", v)
+	}
+}
+
+func TestRenewalKeepsLockPastThreeTTLs(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "renewer")
+	key := p + "k"
+	const ttl = 300 * time.Millisecond
+	l := mustObtain(t, c, key, ttl, &ObtainOptions{AutoRenew: true})
+	time.Sleep(4 * ttl)
+	if err := l.Err(); err != nil {
+		t.Fatalf("Err() after 4 TTLs with renewal = %v, want nil", err)
+	}
+	v, pttl := keyState(t, rdb, key)
+	if val, err := ParseValue(v); err != nil || val.Lease != l.ID() {
+		t.Errorf("key value = %q, want the lease's (%s)", v, l.ID())
+	}
+	if pttl <= 0 {
+		t.Errorf("PTTL = %v, want > 0", pttl)
+	}
+	if n := len(rec.of(event.Renewed)); n < 3 {
+		t.Errorf("%d renewed events, want >= 3", n)
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("Release = %v", err)
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Error("Done not closed after Release")
+	}
+}
+
+func TestLeaseLearnsOfLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(ctx context.Context, c *Client, key string) error
+	}{
+		{"deleted", func(ctx context.Context, c *Client, key string) error { return c.rdb.Del(ctx, key).Err() }},
+		{"overwritten", func(ctx context.Context, c *Client, key string) error {
+			return c.rdb.Set(ctx, key, "someone-else", time.Minute).Err()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, rec, p := newClient(t, "holder")
+			key := p + "k"
+			ctx := context.Background()
+			const ttl = 300 * time.Millisecond
+			l := mustObtain(t, c, key, ttl, &ObtainOptions{AutoRenew: true})
+			lctx := l.Context()
+			if err := tc.break_(ctx, c, key); err != nil {
+				t.Fatal(err)
+			}
+			if !waitClosed(l.Done(), ttl/3+300*time.Millisecond) {
+				t.Fatalf("Done not closed within one renewal interval of the loss")
+			}
+			if lctx.Err() == nil {
+				t.Error("lease context not cancelled")
+			}
+			if err := context.Cause(lctx); !errors.Is(err, ErrLost) {
+				t.Errorf("context.Cause = %v, want ErrLost", err)
+			}
+			if err := l.Err(); !errors.Is(err, ErrLost) {
+				t.Errorf("Err() = %v, want ErrLost", err)
+			}
+			lost := rec.of(event.Lost)
+			if len(lost) != 1 || lost[0].Reason != event.ReasonNotOwner || lost[0].Lease != l.ID() || lost[0].Hold <= 0 {
+				t.Errorf("lost events = %+v, want one, reason not_owner, lease %s, hold > 0", lost, l.ID())
+			}
+		})
+	}
+}
+
+func TestTryReportsHolder(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "bob")
+	key := p + "k"
+	ctx := context.Background()
+	alice := New(rdb, &Options{Owner: "alice"})
+	held := mustObtain(t, alice, key, 5*time.Second, &ObtainOptions{Fencing: true})
+	defer held.Release(ctx)
+
+	l, h, err := c.Try(ctx, key, time.Second, nil)
+	if l != nil || !errors.Is(err, ErrNotObtained) {
+		t.Fatalf("Try(held) = %v, %v, want nil lease and ErrNotObtained", l, err)
+	}
+	v, _ := keyState(t, rdb, key)
+	if h == nil || h.Owner != "alice" || h.Lease != held.ID() || h.Fence != held.Fence() || h.Fingerprint != Fingerprint(v) || h.Foreign {
+		t.Fatalf("Try holder = %+v, want alice's lease %s fence %d", h, held.ID(), held.Fence())
+	}
+	if h.TTL <= 4*time.Second || h.TTL > 5*time.Second {
+		t.Errorf("holder TTL = %v, want in (4s, 5s]", h.TTL)
+	}
+	if d := time.Since(h.Since); d < 0 || d > 5*time.Second {
+		t.Errorf("holder since %v ago, want within the last seconds", d)
+	}
+	var noe *NotObtainedError
+	if !errors.As(err, &noe) || noe.Reason != event.ReasonHeld || noe.Attempts != 1 || noe.Holder != h {
+		t.Fatalf("error = %#v, want *NotObtainedError reason held, 1 attempt, the holder", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `held by "alice" for `) || !strings.Contains(msg, "more") {
+		t.Errorf("error text = %q, want it to say who holds it and for how long", msg)
+	}
+	if f := rec.of(event.Failed); len(f) != 1 || f[0].Reason != event.ReasonHeld || f[0].Holder != "alice" || f[0].Attempts != 1 {
+		t.Errorf("failed events = %+v, want one, reason held, holder alice", f)
+	}
+}
+
+func TestObtainHonoursDeadline(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "waiter")
+	key := p + "k"
+	held := mustObtain(t, New(rdb, &Options{Owner: "holder"}), key, 10*time.Second, nil)
+	defer held.Release(context.Background())
+
+	for _, tc := range []struct {
+		name  string
+		retry RetryStrategy
+	}{
+		{"linear", LinearBackoff(20 * time.Millisecond)},
+		{"exponential capped far past the deadline", ExponentialBackoff(50*time.Millisecond, 10*time.Second)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const deadline = 300 * time.Millisecond
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			l, err := c.Obtain(ctx, key, time.Second, &ObtainOptions{Retry: tc.retry})
+			took := time.Since(start)
+			var noe *NotObtainedError
+			if l != nil || !errors.As(err, &noe) || !errors.Is(err, ErrNotObtained) {
+				t.Fatalf("Obtain(held) = %v, %v, want ErrNotObtained", l, err)
+			}
+			if noe.Reason != event.ReasonTimeout || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("reason = %q (err %v), want timeout matching context.DeadlineExceeded", noe.Reason, err)
+			}
+			if noe.Attempts < 2 || noe.Holder == nil || noe.Holder.Owner != "holder" {
+				t.Errorf("attempts %d, holder %+v: want >= 2 attempts and holder \"holder\"", noe.Attempts, noe.Holder)
+			}
+			if took > deadline+250*time.Millisecond {
+				t.Errorf("Obtain returned after %v, want within the %v deadline (+ slack)", took, deadline)
+			}
+		})
+	}
+	if f := rec.of(event.Failed); len(f) != 2 || f[0].Reason != event.ReasonTimeout || f[0].Attempts < 2 || f[0].Wait <= 0 {
+		t.Errorf("failed events = %+v, want two with reason timeout", f)
+	}
+}
+
+func TestObtainRetryWaitsForRelease(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "waiter")
+	key := p + "k"
+	held := mustObtain(t, New(rdb, &Options{Owner: "holder"}), key, 10*time.Second, nil)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		held.Release(context.Background())
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	l, err := c.Obtain(ctx, key, time.Second, &ObtainOptions{Retry: LinearBackoff(10 * time.Millisecond)})
+	if err != nil {
+		t.Fatalf("Obtain = %v, want a lease once the holder releases", err)
+	}
+	defer l.Release(ctx)
+	a := rec.of(event.Acquired)
+	if len(a) != 1 || a[0].Attempts < 2 || a[0].Wait < 50*time.Millisecond || a[0].TTL != time.Second {
+		t.Errorf("acquired events = %+v, want one with >= 2 attempts, wait >= 50ms, ttl 1s", a)
+	}
+}
+
+func TestLimitRetryGivesUp(t *testing.T) {
+	c, rdb, _, p := newClient(t, "waiter")
+	key := p + "k"
+	held := mustObtain(t, New(rdb, &Options{Owner: "holder"}), key, 10*time.Second, nil)
+	defer held.Release(context.Background())
+	_, err := c.Obtain(context.Background(), key, time.Second, &ObtainOptions{Retry: LimitRetry(LinearBackoff(time.Millisecond), 3)})
+	var noe *NotObtainedError
+	if !errors.As(err, &noe) || noe.Attempts != 4 || noe.Reason != event.ReasonHeld {
+		t.Fatalf("Obtain with LimitRetry(3) = %v, want ErrNotObtained after 4 attempts, reason held", err)
+	}
+}
+
+func TestDo(t *testing.T) {
+	c, rdb, _, p := newClient(t, "doer")
+	ctx := context.Background()
+
+	t.Run("returns fn's error and releases", func(t *testing.T) {
+		key := p + "a"
+		boom := errors.New("boom")
+		err := c.Do(ctx, key, time.Second, nil, func(ctx context.Context) error {
+			if v, _ := keyState(t, rdb, key); v == "" {
+				t.Error("key not held while fn runs")
+			}
+			return boom
+		})
+		if !errors.Is(err, boom) || errors.Is(err, ErrLost) {
+			t.Errorf("Do = %v, want boom only", err)
+		}
+		if v, _ := keyState(t, rdb, key); v != "" {
+			t.Errorf("key after Do = %q, want released", v)
+		}
+	})
+	t.Run("renews while fn runs", func(t *testing.T) {
+		err := c.Do(ctx, p+"b", 150*time.Millisecond, nil, func(ctx context.Context) error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(600 * time.Millisecond):
+				return nil
+			}
+		})
+		if err != nil {
+			t.Errorf("Do running 4 TTLs = %v, want nil", err)
+		}
+	})
+	t.Run("ErrLost when the lock goes", func(t *testing.T) {
+		key := p + "c"
+		err := c.Do(ctx, key, 150*time.Millisecond, nil, func(ctx context.Context) error {
+			rdb.Del(ctx, key)
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if !errors.Is(err, ErrLost) || errors.Is(err, context.Canceled) {
+			t.Errorf("Do whose key was deleted = %v, want ErrLost (not context.Canceled)", err)
+		}
+	})
+	t.Run("not obtained", func(t *testing.T) {
+		key := p + "d"
+		held := mustObtain(t, New(rdb, &Options{Owner: "x"}), key, time.Second, nil)
+		defer held.Release(ctx)
+		ran := false
+		err := c.Do(ctx, key, time.Second, nil, func(context.Context) error { ran = true; return nil })
+		if !errors.Is(err, ErrNotObtained) || ran {
+			t.Errorf("Do on a held key = %v (fn ran: %v), want ErrNotObtained without running fn", err, ran)
+		}
+	})
+}
+
+func TestMaxHold(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "long")
+	key := p + "k"
+	start := time.Now()
+	l := mustObtain(t, c, key, 200*time.Millisecond, &ObtainOptions{AutoRenew: true, MaxHold: 300 * time.Millisecond})
+	if !waitClosed(l.Done(), 2*time.Second) {
+		t.Fatal("lease not ended after MaxHold")
+	}
+	if took := time.Since(start); took < 290*time.Millisecond {
+		t.Errorf("lease ended after %v, before MaxHold 300ms", took)
+	}
+	if err := l.Err(); !errors.Is(err, ErrLost) {
+		t.Errorf("Err() = %v, want ErrLost", err)
+	}
+	lost := rec.of(event.Lost)
+	if len(lost) != 1 || lost[0].Reason != event.ReasonMaxHold {
+		t.Errorf("lost events = %+v, want one with reason max_hold", lost)
+	}
+	// The key is still ours for the rest of its TTL, so Release cleans up.
+	if err := l.Release(context.Background()); err != nil {
+		t.Errorf("Release after MaxHold = %v, want nil", err)
+	}
+	if v, _ := keyState(t, rdb, key); v != "" {
+		t.Errorf("key after Release = %q, want gone", v)
+	}
+}
+
+func TestLeaseTTLAndRefresh(t *testing.T) {
+	c, _, rec, p := newClient(t, "r")
+	ctx := context.Background()
+	l := mustObtain(t, c, p+"k", time.Second, nil)
+	defer l.Release(ctx)
+	if d, err := l.TTL(ctx); err != nil || d <= 900*time.Millisecond || d > time.Second {
+		t.Errorf("TTL() = %v, %v, want (900ms, 1s]", d, err)
+	}
+	if err := l.Refresh(ctx, time.Minute); err != nil {
+		t.Fatalf("Refresh = %v", err)
+	}
+	if d, err := l.TTL(ctx); err != nil || d <= 59*time.Second {
+		t.Errorf("TTL() after Refresh(1m) = %v, %v, want > 59s", d, err)
+	}
+	if r := rec.of(event.Renewed); len(r) != 1 || r[0].TTL != time.Minute || r[0].Lease != l.ID() {
+		t.Errorf("renewed events = %+v, want one with ttl 1m", r)
+	}
+}
+
+func TestConcurrentCallersShareRoundTrips(t *testing.T) {
+	c, rdb, _, p := newClient(t, "many")
+	ctx := context.Background()
+	const callers, rounds = 64, 20
+	var wg sync.WaitGroup
+	var failures atomic.Int64
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := p + strings.Repeat("x", i)
+			for range rounds {
+				l, err := c.Obtain(ctx, key, time.Second, nil)
+				if err != nil {
+					failures.Add(1)
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					failures.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := failures.Load(); n != 0 {
+		t.Errorf("%d failures among %d uncontended cycles, want 0", n, callers*rounds)
+	}
+	if n := rdb.Keys(ctx, p+"*").Val(); len(n) != 0 {
+		t.Errorf("keys left after release: %d, want 0", len(n))
+	}
+}

@@ -1,0 +1,123 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/lockscope/lockscope/event"
+)
+
+func TestValueRoundTrip(t *testing.T) {
+	for _, owner := range []string{"app/host/1", "", "with|pipes|and\nnewline", "\xff\xfe", "<b>\"x\"</b>"} {
+		v := Value{Token: "tok", Lease: "0123456789abcdef", Fence: 1795322054221694, Since: time.UnixMilli(1795322054220), Owner: owner}
+		got, err := ParseValue(v.String())
+		if err != nil {
+			t.Fatalf("ParseValue(%q) = %v", v.String(), err)
+		}
+		if d := cmp.Diff(v, got); d != "" {
+			t.Errorf("ParseValue(String()) (-want +got):\n%s", d)
+		}
+	}
+}
+
+func TestParseValueForeign(t *testing.T) {
+	for _, s := range []string{"", "abc", "ls1|", "ls1|a|b|c", "ls1|a|b|x|1|o", "ls1||b|1|1|o", "ls2|a|b|1|1|o"} {
+		if v, err := ParseValue(s); err == nil {
+			t.Errorf("ParseValue(%q) = %+v, nil; want an error", s, v)
+		}
+	}
+}
+
+func TestNewIDs(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		tok, id := newIDs()
+		if len(tok) != 22 || len(id) != 16 || strings.ContainsAny(tok+id, "|") {
+			t.Fatalf("newIDs() = %q, %q, want 22 and 16 characters without '|'", tok, id)
+		}
+		if seen[tok] || seen[id] {
+			t.Fatalf("newIDs() repeated %q/%q", tok, id)
+		}
+		seen[tok], seen[id] = true, true
+	}
+}
+
+func TestRetryStrategies(t *testing.T) {
+	if d, ok := NoRetry().Backoff(1); ok {
+		t.Errorf("NoRetry().Backoff(1) = %v, true; want false", d)
+	}
+	if d, ok := LinearBackoff(7 * time.Millisecond).Backoff(100); !ok || d != 7*time.Millisecond {
+		t.Errorf("LinearBackoff(7ms).Backoff(100) = %v, %v", d, ok)
+	}
+	e := ExponentialBackoff(10*time.Millisecond, 300*time.Millisecond)
+	for n, hi := range map[int]time.Duration{1: 10 * time.Millisecond, 2: 20 * time.Millisecond, 4: 80 * time.Millisecond, 6: 300 * time.Millisecond, 200: 300 * time.Millisecond} {
+		for range 50 {
+			d, ok := e.Backoff(n)
+			if !ok || d < hi/2 || d > hi {
+				t.Fatalf("ExponentialBackoff(10ms, 300ms).Backoff(%d) = %v, %v; want in [%v, %v]", n, d, ok, hi/2, hi)
+			}
+		}
+	}
+	l := LimitRetry(LinearBackoff(time.Millisecond), 2)
+	for n, want := range map[int]bool{1: true, 2: true, 3: false} {
+		if _, ok := l.Backoff(n); ok != want {
+			t.Errorf("LimitRetry(_, 2).Backoff(%d) again = %v, want %v", n, ok, want)
+		}
+	}
+	custom := RetryFunc(func(n int) (time.Duration, bool) { return time.Duration(n) * time.Millisecond, n < 3 })
+	if d, ok := custom.Backoff(2); !ok || d != 2*time.Millisecond {
+		t.Errorf("RetryFunc.Backoff(2) = %v, %v", d, ok)
+	}
+}
+
+func TestNotObtainedErrorText(t *testing.T) {
+	long := strings.Repeat("k", 10000)
+	err := &NotObtainedError{Key: long, Holder: &Holder{Owner: "<b>x</b>", TTL: 1500 * time.Millisecond},
+		Reason: "timeout", Attempts: 3, Wait: 2 * time.Second, Err: context.DeadlineExceeded}
+	msg := err.Error()
+	if len(msg) > 400 || !strings.Contains(msg, `held by "<b>x</b>" for 1.5s more`) || !strings.Contains(msg, "(10000 bytes)") {
+		t.Errorf("Error() = %q, want a short message naming holder and TTL", msg)
+	}
+	if !errors.Is(err, ErrNotObtained) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("errors.Is(ErrNotObtained / DeadlineExceeded) false for %v", err)
+	}
+}
+
+func TestHostileKeys(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "owner \"quoted\" <b>")
+	ctx := context.Background()
+	for _, k := range []string{
+		`<script>alert(1)</script>`, `quote"s'and\backslash`, "new\nline\r\n", strings.Repeat("x", 10<<10),
+		"\xff\xfe\xfd invalid utf-8", "/a/b?c=d%20&e#f", "{brace}", "}", "", "ls1|looks|like|a|value",
+	} {
+		key := p + k
+		if k == "" {
+			key = ""
+		}
+		l := mustObtain(t, c, key, time.Second, &ObtainOptions{Fencing: true})
+		h, err := c.Inspect(ctx, key)
+		if err != nil || h.Key != key || h.Owner != `owner "quoted" <b>` || h.Lease != l.ID() || h.Fence != l.Fence() {
+			t.Errorf("Inspect(%.40q) = %+v, %v", key, h, err)
+		}
+		if _, _, err := c.Try(ctx, key, time.Second, nil); !errors.Is(err, ErrNotObtained) {
+			t.Errorf("Try(%.40q) on held = %v", key, err)
+		}
+		if err := l.Refresh(ctx, 2*time.Second); err != nil {
+			t.Errorf("Refresh(%.40q) = %v", key, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release(%.40q) = %v", key, err)
+		}
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("key %.40q still exists after Release", key)
+		}
+		rdb.Del(ctx, FenceKey(key))
+	}
+	if a, r := rec.of(event.Acquired), rec.of(event.Released); len(a) != 10 || len(r) != 10 || a[3].Key != p+strings.Repeat("x", 10<<10) || r[4].Key != p+"\xff\xfe\xfd invalid utf-8" {
+		t.Errorf("events: %d acquired, %d released, want 10 each carrying the exact keys", len(a), len(r))
+	}
+}
