@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// These tests build the lockscope binary and drive it as a user would: flags,
+// environment, stdin, signals, exit codes, HTTP.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "lockscope-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		binary = filepath.Join(dir, "lockscope")
+		args := []string{"build", "-o", binary}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		out, err := exec.Command(goTool, append(args, ".")...).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+			return 1
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a running lockscope process.
+type proc struct {
+	t      *testing.T
+	args   []string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *syncBuffer
+	stderr *syncBuffer
+	done   chan struct{}
+	code   int
+}
+
+// environ is the test process's environment without LOCKSCOPE_* variables
+// (a developer's own settings must not leak into the tests), plus env.
+func environ(env []string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCKSCOPE_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, env...)
+}
+
+// start runs the binary with args and env ("NAME=value"); it is killed at
+// the end of the test if still running.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, args: args, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = environ(env)
+	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start lockscope %v: %v", args, err)
+	}
+	go func() {
+		p.cmd.Wait()
+		p.code = p.cmd.ProcessState.ExitCode()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		if t.Failed() {
+			t.Logf("lockscope %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), p.stdout, p.stderr)
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit and returns its exit code.
+func (p *proc) wait(timeout time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(timeout):
+		p.cmd.Process.Signal(syscall.SIGQUIT) // goroutine dump into stderr for the failure log
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+		p.t.Fatalf("lockscope %s did not exit within %v", strings.Join(p.args, " "), timeout)
+		return -1
+	}
+}
+
+func (p *proc) signal(sig os.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// lockscope runs the binary to completion with stdin and returns its output and
+// exit code.
+func lockscope(t *testing.T, env []string, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	p := start(t, env, args...)
+	io.WriteString(p.stdin, stdin)
+	p.stdin.Close()
+	code = p.wait(60 * time.Second)
+	return p.stdout.String(), p.stderr.String(), code
+}
+
+// eventually polls cond every 50ms until it returns "" or timeout passes,
+// then fails with its last complaint.
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, msg)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// get fetches url and returns the status and body.
+func get(ctx context.Context, url string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}

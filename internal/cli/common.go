@@ -1,0 +1,150 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// DefaultRedisURL is where serve, load and the operator commands look for
+// Redis unless told otherwise.
+const DefaultRedisURL = "redis://127.0.0.1:6379/0"
+
+// DefaultListen is the dashboard and /metrics address: loopback only, so a
+// fresh install exposes nothing to the network.
+const DefaultListen = "127.0.0.1:8080"
+
+// logConfig is the logging flags every long-running command shares.
+type logConfig struct {
+	level  slog.Level
+	format string
+}
+
+func (c *logConfig) define(f *flagSet) {
+	f.fs.Var((*levelValue)(&c.level), "log-level", "log level: debug, info, warn or error")
+	f.add("log-level", "LOCKSCOPE_LOG_LEVEL", "level")
+	f.String(&c.format, "log-format", "LOCKSCOPE_LOG_FORMAT", "text", "log format: text or json")
+}
+
+// logger builds the structured logger; logs go to stderr so stdout stays
+// for what the user asked for (URLs, tables, JSON).
+func (c *logConfig) logger(env *Env) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: c.level}
+	var log *slog.Logger
+	switch c.format {
+	case "text":
+		log = slog.New(slog.NewTextHandler(env.Stderr, opts))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(env.Stderr, opts))
+	default:
+		return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("invalid log format %q: want text or json (LOCKSCOPE_LOG_FORMAT)", c.format)}
+	}
+	quietRedis(log)
+	return log, nil
+}
+
+type levelValue slog.Level
+
+func (l *levelValue) String() string { return strings.ToLower((*slog.Level)(l).String()) }
+func (l *levelValue) Set(s string) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(s)); err != nil {
+		return fmt.Errorf("want debug, info, warn or error")
+	}
+	*l = levelValue(lv)
+	return nil
+}
+
+// redisConfig is the Redis connection flags.
+type redisConfig struct {
+	url         string
+	stream      string
+	dialTimeout time.Duration
+}
+
+// defineConn registers the connection flags with the usual default.
+func (c *redisConfig) defineConn(f *flagSet) {
+	c.defineConnDefault(f, DefaultRedisURL, "Redis URL (redis://[user:password@]host:port/db, rediss:// for TLS)")
+}
+
+func (c *redisConfig) defineConnDefault(f *flagSet, def, usage string) {
+	f.String(&c.url, "redis", "LOCKSCOPE_REDIS_URL", def, usage)
+	f.meta["redis"] = "URL"
+	f.Duration(&c.dialTimeout, "redis-timeout", "LOCKSCOPE_REDIS_TIMEOUT", 5*time.Second, "how long to wait for Redis to answer at start-up")
+}
+
+// defineStream registers the event stream flag.
+func (c *redisConfig) defineStream(f *flagSet, usage string) {
+	f.String(&c.stream, "stream", "LOCKSCOPE_STREAM", defaultStream, usage)
+}
+
+const defaultStream = event.DefaultStream
+
+// connect opens a client and checks that Redis answers, so an unreachable
+// Redis is one clear line at start-up instead of errors later.
+func (c *redisConfig) connect(ctx context.Context) (*redis.Client, error) {
+	opt, err := redis.ParseURL(c.url)
+	if err != nil {
+		return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s: %v (LOCKSCOPE_REDIS_URL)", redactURL(c.url), err)}
+	}
+	timeout := c.dialTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	opt.DialTimeout = timeout
+	rdb := redis.NewClient(opt)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := rdb.Ping(pctx).Err(); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("cannot reach Redis at %s: %v", redactURL(c.url), err)
+	}
+	return rdb, nil
+}
+
+// redisLogger routes go-redis's internal log lines (dial retries, pool
+// messages) into slog at debug level: the user gets one clear error line
+// from the command, not the library's retries.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "redis: "+strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
+// quietRedis installs redisLogger. go-redis has one process-wide logger;
+// the binary owns the process, so the command line sets it.
+func quietRedis(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
+
+// redactURL hides a password in a Redis URL before it is logged.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	return u.Redacted()
+}
+
+// httpConfig is the dashboard server flags.
+type httpConfig struct {
+	listen   string
+	grace    time.Duration
+	user     string
+	password string
+	token    string
+}
+
+func (c *httpConfig) define(f *flagSet) {
+	f.String(&c.listen, "listen", "LOCKSCOPE_LISTEN", DefaultListen, "address of the dashboard, the JSON API and /metrics")
+	f.meta["listen"] = "host:port"
+	f.Duration(&c.grace, "shutdown-timeout", "LOCKSCOPE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long shutdown waits for requests in flight and for the event flush")
+	f.String(&c.user, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "operator user name for forced releases (HTTP basic auth)")
+	f.Secret(&c.password, "operator-password", "LOCKSCOPE_OPERATOR_PASSWORD", "operator password (prefer the environment variable: flags show in ps)")
+	f.Secret(&c.token, "operator-token", "LOCKSCOPE_OPERATOR_TOKEN", "operator bearer token for the JSON API (prefer the environment variable)")
+}

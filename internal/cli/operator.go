@@ -1,0 +1,393 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/lock"
+)
+
+// holderJSON is a lock holder as the operator commands print it with --json.
+type holderJSON struct {
+	Key         string     `json:"key"`
+	KeyB64      string     `json:"key_b64,omitempty"` // set when key is not valid UTF-8, which JSON cannot carry
+	Owner       string     `json:"owner"`
+	OwnerB64    string     `json:"owner_b64,omitempty"`
+	Lease       string     `json:"lease,omitempty"`
+	Fence       int64      `json:"fence,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	HeldFor     float64    `json:"held_for_seconds,omitempty"`
+	TTLSeconds  float64    `json:"ttl_seconds"` // -1: no expiry
+	Fingerprint string     `json:"fingerprint"`
+	Foreign     bool       `json:"foreign,omitempty"` // written by another library; owner is the raw value
+}
+
+func toJSON(h *lock.Holder, now time.Time) holderJSON {
+	j := holderJSON{
+		Key: h.Key, Owner: h.Owner, Lease: h.Lease, Fence: h.Fence,
+		TTLSeconds: h.TTL.Seconds(), Fingerprint: h.Fingerprint, Foreign: h.Foreign,
+	}
+	if h.TTL < 0 {
+		j.TTLSeconds = -1
+	}
+	j.KeyB64, j.OwnerB64 = b64IfInvalid(h.Key), b64IfInvalid(h.Owner)
+	if !h.Since.IsZero() {
+		since := h.Since.UTC()
+		j.Since = &since
+		j.HeldFor = now.Sub(h.Since).Round(time.Millisecond).Seconds()
+	}
+	return j
+}
+
+// b64IfInvalid returns s in base64 if it is not valid UTF-8 (JSON would
+// replace the invalid bytes), else "". The dashboard's API does the same.
+func b64IfInvalid(s string) string {
+	if utf8.ValidString(s) {
+		return ""
+	}
+	return base64.StdEncoding.EncodeToString([]byte(s))
+}
+
+// displayKey makes a key safe for a terminal: printable keys are shown as
+// they are, anything with spaces, control bytes or invalid UTF-8 is quoted.
+// max > 0 cuts long keys.
+func displayKey(k string, max int) string {
+	plain := k != "" && utf8.ValidString(k) && !strings.ContainsFunc(k, func(r rune) bool {
+		return !unicode.IsPrint(r) || unicode.IsSpace(r) || r == '"'
+	})
+	cut := ""
+	if max > 0 && len(k) > max {
+		cut = fmt.Sprintf("…(%d bytes)", len(k))
+		k = strings.ToValidUTF8(k[:max], "")
+	}
+	if !plain {
+		k = strconv.Quote(k)
+	}
+	return k + cut
+}
+
+func formatTTL(d time.Duration) string {
+	if d < 0 {
+		return "no expiry"
+	}
+	return d.Round(time.Millisecond).String()
+}
+
+func formatHeld(h *lock.Holder, now time.Time) string {
+	if h.Since.IsZero() {
+		return "-"
+	}
+	return now.Sub(h.Since).Round(time.Millisecond).String()
+}
+
+func locksCommand() *command {
+	return &command{
+		name:  "locks",
+		args:  "[PATTERN]",
+		short: "list current lock holders whose keys match a pattern",
+		long: `Locks scans Redis (SCAN, never KEYS) for string keys matching PATTERN, a Redis
+glob (default "*"), and shows each lock's holder: owner, how long it has been
+held, the TTL left, the fencing token and the fingerprint that 'release
+--fingerprint' takes. Locks taken by other libraries are listed as foreign,
+with their raw value as owner, when they have a TTL; keys without one are not
+locks and are skipped. lockscope's own fence counters are skipped.`,
+		define: func(f *flagSet) func(context.Context, *Env, []string) error {
+			f.maxArgs = 1
+			var rc redisConfig
+			rc.defineConn(f)
+			var asJSON bool
+			var limit int
+			f.Bool(&asJSON, "json", "LOCKSCOPE_JSON", false, "print JSON (one array) instead of a table")
+			f.Int(&limit, "limit", "LOCKSCOPE_LOCKS_LIMIT", 1000, "show at most this many locks (0: no limit)")
+			return func(ctx context.Context, env *Env, args []string) error {
+				pattern := "*"
+				if len(args) == 1 {
+					pattern = args[0]
+				}
+				rdb, err := rc.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				holders, truncated, err := listLocks(ctx, rdb, pattern, limit)
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				if asJSON {
+					out := make([]holderJSON, 0, len(holders))
+					for _, h := range holders {
+						out = append(out, toJSON(h, now))
+					}
+					enc := json.NewEncoder(env.Stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(out)
+				}
+				if len(holders) == 0 {
+					fmt.Fprintf(env.Stdout, "no locks match %s\n", displayKey(pattern, 0))
+					return nil
+				}
+				tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "KEY\tOWNER\tHELD\tTTL\tFENCE\tFINGERPRINT")
+				for _, h := range holders {
+					owner := displayKey(h.Owner, 60)
+					if h.Foreign {
+						owner = "(foreign) " + owner
+					}
+					fence := "-"
+					if h.Fence > 0 {
+						fence = strconv.FormatInt(h.Fence, 10)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", displayKey(h.Key, 80), owner,
+						formatHeld(h, now), formatTTL(h.TTL), fence, h.Fingerprint[:12])
+				}
+				tw.Flush()
+				if truncated {
+					fmt.Fprintf(env.Stderr, "(more than %d locks match; showing the first %d: narrow the pattern or raise --limit)\n", limit, limit)
+				}
+				return nil
+			}
+		},
+	}
+}
+
+// listLocks finds the lock holders among the string keys matching pattern,
+// sorted by key. Inspections run a few at a time: each is one script call.
+func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int) ([]*lock.Holder, bool, error) {
+	lc := lock.New(rdb, nil)
+	var (
+		mu        sync.Mutex
+		holders   []*lock.Holder
+		firstErr  error
+		wg        sync.WaitGroup
+		sem       = make(chan struct{}, 8)
+		truncated bool
+	)
+	iter := rdb.ScanType(ctx, 0, pattern, 500, "string").Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		if strings.HasPrefix(key, lock.FencePrefix) {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			h, err := lc.Inspect(ctx, key)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, lock.ErrNotHeld):
+			case err != nil:
+				if firstErr == nil {
+					firstErr = fmt.Errorf("inspect %s: %w", displayKey(key, 80), err)
+				}
+			case h.Foreign && h.TTL < 0:
+				// No TTL: a plain value, not somebody's lock.
+			default:
+				holders = append(holders, h)
+			}
+		})
+		mu.Lock()
+		full := limit > 0 && len(holders) >= limit
+		mu.Unlock()
+		if full {
+			truncated = true
+			break
+		}
+	}
+	wg.Wait()
+	if err := iter.Err(); err != nil {
+		return nil, false, fmt.Errorf("scan: %w", err)
+	}
+	if firstErr != nil {
+		return nil, false, firstErr
+	}
+	slices.SortFunc(holders, func(a, b *lock.Holder) int { return strings.Compare(a.Key, b.Key) })
+	if limit > 0 && len(holders) > limit {
+		holders, truncated = holders[:limit], true
+	}
+	return holders, truncated, nil
+}
+
+func inspectCommand() *command {
+	return &command{
+		name:  "inspect",
+		args:  "KEY",
+		short: "show who holds one lock",
+		long: `Inspect reads one lock key from Redis in one step and shows its holder: owner,
+lease id, fencing token, when it was taken, the TTL left and the fingerprint of
+the stored value. Pass that fingerprint to 'lockscope release --fingerprint' to
+release exactly the holder you saw. Exit status 1 if the key is not held.`,
+		define: func(f *flagSet) func(context.Context, *Env, []string) error {
+			f.minArgs, f.maxArgs = 1, 1
+			var rc redisConfig
+			rc.defineConn(f)
+			var asJSON bool
+			f.Bool(&asJSON, "json", "LOCKSCOPE_JSON", false, "print JSON instead of text")
+			return func(ctx context.Context, env *Env, args []string) error {
+				rdb, err := rc.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				key := args[0]
+				h, err := lock.New(rdb, nil).Inspect(ctx, key)
+				if errors.Is(err, lock.ErrNotHeld) {
+					return fmt.Errorf("%s is not held", displayKey(key, 200))
+				}
+				if err != nil {
+					return err
+				}
+				now := time.Now()
+				if asJSON {
+					enc := json.NewEncoder(env.Stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(toJSON(h, now))
+				}
+				printHolder(env.Stdout, h, now)
+				return nil
+			}
+		},
+	}
+}
+
+func printHolder(w io.Writer, h *lock.Holder, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "key:\t%s\n", displayKey(h.Key, 0))
+	if h.Foreign {
+		fmt.Fprintf(tw, "holder:\t(foreign value) %s\n", displayKey(h.Owner, 0))
+	} else {
+		fmt.Fprintf(tw, "holder:\t%s\n", displayKey(h.Owner, 0))
+		fmt.Fprintf(tw, "lease:\t%s\n", h.Lease)
+		fmt.Fprintf(tw, "held for:\t%s (since %s)\n", formatHeld(h, now), h.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if h.Fence > 0 {
+		fmt.Fprintf(tw, "fence:\t%d\n", h.Fence)
+	}
+	fmt.Fprintf(tw, "ttl:\t%s\n", formatTTL(h.TTL))
+	if h.Degraded {
+		fmt.Fprintf(tw, "degraded:\tprocess-local lock (Redis was unreachable)\n")
+	}
+	fmt.Fprintf(tw, "fingerprint:\t%s\n", h.Fingerprint)
+	tw.Flush()
+}
+
+func releaseCommand() *command {
+	return &command{
+		name:  "release",
+		args:  "KEY --reason REASON",
+		short: "force-release a lock, only if it is still held by the holder you saw",
+		long: `Release force-releases a stuck lock: release what you saw. It shows the current
+holder and the fingerprint of its value, asks for confirmation on stdin (unless
+--yes), then deletes the key in one Lua script only if its value still has that
+fingerprint. With --fingerprint (from 'lockscope inspect' or the dashboard) it
+releases only that exact holder. If the lock changed hands meanwhile nothing
+is touched and the exit status is 3 ("owner changed"). The release is written
+to the event stream (who, when, reason) so the collector counts it; the holder
+sees the loss at its next renewal.`,
+		define: func(f *flagSet) func(context.Context, *Env, []string) error {
+			f.minArgs, f.maxArgs = 1, 1
+			var rc redisConfig
+			rc.defineConn(f)
+			rc.defineStream(f, "Redis stream the forced-release event is written to")
+			var reason, fingerprint, by string
+			var yes bool
+			f.String(&reason, "reason", "", "", "why the lock is released (required; recorded with the event)")
+			f.String(&fingerprint, "fingerprint", "", "", "release only if the holder's fingerprint is this one")
+			f.String(&by, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "who releases, recorded with the event (default $USER)")
+			f.Bool(&yes, "yes", "LOCKSCOPE_ASSUME_YES", false, "do not ask for confirmation")
+			return func(ctx context.Context, env *Env, args []string) error {
+				key := args[0]
+				if strings.TrimSpace(reason) == "" {
+					return usageErrorf(f.cmd, "--reason is required: say why the lock is force-released")
+				}
+				if by == "" {
+					by, _ = env.LookupEnv("USER")
+					if by == "" {
+						by = "cli"
+					}
+				}
+				rdb, err := rc.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				return release(ctx, env, rdb, rc.stream, key, fingerprint, by, reason, yes)
+			}
+		},
+	}
+}
+
+func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream, key, fingerprint, by, reason string, yes bool) error {
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		em.Close(cctx)
+	}()
+	lc := lock.New(rdb, &lock.Options{Recorder: em})
+	h, err := lc.Inspect(ctx, key)
+	if errors.Is(err, lock.ErrNotHeld) {
+		return fmt.Errorf("%s is not held; nothing to release", displayKey(key, 200))
+	}
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	printHolder(env.Stdout, h, now)
+	if fingerprint == "" {
+		fingerprint = h.Fingerprint
+	} else if fingerprint != h.Fingerprint {
+		return ownerChanged(key, h)
+	}
+	if !yes {
+		fmt.Fprintf(env.Stdout, "Force-release %s? Its holder loses the lock at its next renewal. Type 'yes' to confirm: ", displayKey(key, 200))
+		line, err := bufio.NewReader(env.Stdin).ReadString('\n')
+		answer := strings.ToLower(strings.TrimSpace(line))
+		if err != nil && answer == "" {
+			fmt.Fprintln(env.Stdout)
+			return errors.New("not confirmed: no answer on stdin (use --yes to skip the confirmation)")
+		}
+		if answer != "yes" && answer != "y" {
+			return errors.New("not confirmed; nothing was released")
+		}
+	}
+	released, err := lc.ForceRelease(ctx, key, fingerprint, by, reason)
+	switch {
+	case errors.Is(err, lock.ErrOwnerChanged):
+		return ownerChanged(key, released)
+	case errors.Is(err, lock.ErrNotHeld):
+		return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("owner changed: %s is no longer held; nothing was released", displayKey(key, 200))}
+	case err != nil:
+		return err
+	}
+	if err := em.Flush(ctx); err != nil {
+		fmt.Fprintf(env.Stderr, "warning: the release happened but its event could not be written to %s: %v\n", stream, err)
+	}
+	fmt.Fprintf(env.Stdout, "released %s (held by %s for %s), recorded as forced by %s: %s\n",
+		displayKey(key, 200), displayKey(released.Owner, 100), formatHeld(released, now), by, reason)
+	return nil
+}
+
+func ownerChanged(key string, now *lock.Holder) error {
+	who := "someone else"
+	if now != nil {
+		who = displayKey(now.Owner, 100) + " (fingerprint " + now.Fingerprint[:12] + ")"
+	}
+	return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("owner changed: %s is now held by %s; nothing was released", displayKey(key, 200), who)}
+}

@@ -1,0 +1,154 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/dashboard"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// collectorConfig is the collector flags shared by serve and demo.
+type collectorConfig struct {
+	group      string
+	consumer   string
+	watch      []string
+	classes    []string
+	maxClasses int
+	maxKeys    int
+	stuckAfter time.Duration
+	backfill   time.Duration
+}
+
+func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
+	f.Duration(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, "a lock held longer than this counts as stuck")
+	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*")
+	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS], tried in order before the default (numbers, UUIDs and hex ids become *)")
+	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", collector.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
+	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", collector.DefaultMaxKeys, "most keys the collector keeps state for")
+	f.String(&c.group, "group", "LOCKSCOPE_GROUP", collector.DefaultGroup, "consumer group on the event stream (replicas that must each see every event need their own)")
+	f.String(&c.consumer, "consumer", "LOCKSCOPE_CONSUMER", "", "consumer name within the group (default <hostname>-<pid>)")
+	f.Duration(&c.backfill, "backfill", "LOCKSCOPE_BACKFILL", collector.DefaultBackfill, "when the group is first created, also count events this far back")
+}
+
+func (c *collectorConfig) aggregatorConfig() (collector.Config, error) {
+	cfg := collector.Config{MaxClasses: c.maxClasses, MaxKeys: c.maxKeys, StuckAfter: c.stuckAfter}
+	for _, r := range c.classes {
+		pattern, class, _ := strings.Cut(r, "=")
+		if pattern == "" {
+			return cfg, &Error{Code: ExitUsage, Err: fmt.Errorf("invalid class rule %q: want PATTERN[=CLASS] (LOCKSCOPE_CLASSES)", r)}
+		}
+		cfg.Classes = append(cfg.Classes, collector.ClassRule{Pattern: pattern, Class: class})
+	}
+	if c.stuckAfter < 0 || c.maxClasses < 0 || c.maxKeys < 0 {
+		return cfg, &Error{Code: ExitUsage, Err: errors.New("--stuck-after, --max-classes and --max-keys must not be negative")}
+	}
+	return cfg, nil
+}
+
+// dashboardConfig is the dashboard flags beyond the listener.
+type dashboardConfig struct {
+	requireAuthForRead bool
+	trustedOrigins     []string
+}
+
+func (c *dashboardConfig) define(f *flagSet) {
+	f.Bool(&c.requireAuthForRead, "require-auth-for-read", "LOCKSCOPE_REQUIRE_AUTH_FOR_READ", false, "pages and the GET API need operator credentials too (default: reading is open)")
+	f.List(&c.trustedOrigins, "trusted-origin", "LOCKSCOPE_TRUSTED_ORIGINS", nil, "origins (https://locks.example.com) allowed to POST besides the request's own host, for reverse proxies")
+}
+
+// stack is the collector, its metrics and the dashboard on one Redis: what
+// serve runs, and what demo runs next to the simulator.
+type stack struct {
+	log     *slog.Logger
+	rdb     redis.UniversalClient
+	agg     *collector.Aggregator
+	col     *collector.Collector
+	emitter *lock.Emitter // records the dashboard's forced releases
+	handler http.Handler
+}
+
+type stackConfig struct {
+	stream    string
+	collector collectorConfig
+	http      httpConfig
+	dashboard dashboardConfig
+}
+
+func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*stack, error) {
+	acfg, err := cfg.collector.aggregatorConfig()
+	if err != nil {
+		return nil, err
+	}
+	agg := collector.NewAggregator(acfg)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if err := agg.Register(reg); err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	col := collector.New(rdb, agg, &collector.Options{
+		Stream:   cfg.stream,
+		Group:    cfg.collector.group,
+		Consumer: cfg.collector.consumer,
+		Watch:    cfg.collector.watch,
+		Backfill: cfg.collector.backfill,
+		Logger:   log,
+	})
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Owner: "lockscope-dashboard", Logger: log})
+	rel := lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em})
+	h, err := dashboard.New(agg, rel, &dashboard.Options{
+		Username:           cfg.http.user,
+		Password:           cfg.http.password,
+		Token:              cfg.http.token,
+		RequireAuthForRead: cfg.dashboard.requireAuthForRead,
+		TrustedOrigins:     cfg.dashboard.trustedOrigins,
+		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}),
+		Logger:             log,
+	})
+	if err != nil {
+		closeEmitter(em, time.Second)
+		return nil, &Error{Code: ExitUsage, Err: err}
+	}
+	return &stack{log: log, rdb: rdb, agg: agg, col: col, emitter: em, handler: h}, nil
+}
+
+// run serves until ctx ends. On the way out the HTTP server drains first, so
+// a forced release in flight completes and its event is flushed; the
+// collector acknowledges what it applied.
+func (s *stack) run(ctx context.Context, ln net.Listener, grace time.Duration) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := s.col.Run(gctx)
+		if err != nil && gctx.Err() == nil {
+			return fmt.Errorf("collector: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		err := serveHTTP(gctx, s.log, ln, s.handler, grace)
+		if ferr := closeEmitter(s.emitter, grace); ferr != nil {
+			s.log.Warn("flushing forced-release events", "err", ferr)
+		}
+		return err
+	})
+	return g.Wait()
+}
+
+func closeEmitter(em *lock.Emitter, grace time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	return em.Close(ctx)
+}
