@@ -133,6 +133,7 @@ type Collector struct {
 	groupGen atomic.Uint64 // bumped whenever this collector (re)creates the group
 	entries  atomic.Int64  // entries applied, malformed included
 	applied  atomic.Int64  // events passed to Aggregator.Apply from the stream
+	synced   atomic.Int64  // watcher (re)subscriptions completed with their rescan
 }
 
 // New returns a Collector reading from rdb into agg. opt may be nil.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,16 +38,16 @@ import (
 
 // Flags of notify-keyspace-events the collector needs.
 const (
-	notifyExpired = "Ex"   // keyevent channel: expired
-	notifyWatch   = "K$gx" // keyspace channels: set ($), del and expire (g), expired (x)
+	notifyExpired = "Ex"  // keyevent channel: expired
+	notifyWatch   = "K$g" // keyspace channels: set ($), del and expire (g), expired (x, above)
 	notifyAll     = "g$lshzxetd"
 )
 
 const (
-	maxOwnerLen  = 256     // bytes of a foreign lock value shown as its owner
-	maxPassive   = 100_000 // watched holds tracked; a pattern matching more is too broad
-	renewSlack   = 25 * time.Millisecond
-	receiveEvery = 30 * time.Second // a silent subscription is pinged after this
+	maxOwnerLen  = 256                  // bytes of a foreign lock value shown as its owner
+	maxPassive   = 100_000              // watched holds tracked; a pattern matching more is too broad
+	renewSlack   = 5 * time.Millisecond // PTTL is in whole milliseconds
+	receiveEvery = 30 * time.Second     // a silent subscription is pinged after this
 	scanBatch    = 256
 )
 
@@ -118,7 +119,7 @@ type nodeWatcher struct {
 type passiveHold struct {
 	value    string
 	since    time.Time
-	deadline time.Time // zero: no TTL
+	deadline deadline
 }
 
 func newNodeWatcher(c *Collector, n watchNode) *nodeWatcher {
@@ -212,6 +213,7 @@ func (w *nodeWatcher) run(ctx context.Context) {
 				}
 				first = false
 				w.resync(ctx)
+				w.c.synced.Add(1)
 			}
 		case *redis.Message:
 			w.handle(ctx, m)
@@ -290,7 +292,7 @@ func missingFlags(cur, need string) string {
 	all := strings.IndexByte(cur, 'A') >= 0
 	for i := 0; i < len(need); i++ {
 		f := need[i]
-		if strings.IndexByte(cur, f) >= 0 || all && strings.IndexByte(notifyAll, f) >= 0 {
+		if strings.IndexByte(cur, f) >= 0 || all && strings.IndexByte(notifyAll, f) >= 0 || slices.Contains(out, f) {
 			continue
 		}
 		out = append(out, f)
@@ -340,6 +342,7 @@ func (w *nodeWatcher) observe(ctx context.Context, key string) {
 	pipe := w.rdb.Pipeline()
 	get := pipe.Get(ctx, key)
 	pttl := pipe.PTTL(ctx, key)
+	sent := time.Now()
 	_, _ = pipe.Exec(ctx)
 	value, err := get.Result()
 	if err != nil {
@@ -348,26 +351,29 @@ func (w *nodeWatcher) observe(ctx context.Context, key string) {
 		// catches up.
 		return
 	}
-	w.update(key, value, pttl.Val(), false)
+	w.update(key, value, pttl.Val(), sent, false)
 }
 
-// update records key's current value and TTL (PTTL reply, in ms) and emits
-// what changed. A resync records silently what is only a TTL change.
-func (w *nodeWatcher) update(key, value string, pttl time.Duration, resync bool) {
+// update records key's current value and TTL (PTTL reply, read after sent)
+// and emits what changed. A resync records silently what is only a TTL
+// change.
+func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Time, resync bool) {
 	now := w.c.opt.Now()
 	if own(value) {
 		delete(w.held, key)
 		return
 	}
+	// Redis evaluated PTTL somewhere between sent and received: the
+	// deadline lies in [sent+pttl, received+pttl] by the local clock.
 	var ttl time.Duration
-	var deadline time.Time
+	var dl deadline
 	if pttl > 0 {
 		ttl = pttl
-		deadline = now.Add(ttl)
+		dl = deadline{lo: sent.Add(pttl), hi: time.Now().Add(pttl)}
 	}
 	if h := w.held[key]; h != nil && h.value == value {
-		moved := deadline.IsZero() != h.deadline.IsZero() || (deadline.Sub(h.deadline)).Abs() > renewSlack
-		h.deadline = deadline
+		moved := !h.deadline.same(dl)
+		h.deadline = dl
 		// SET NX PX raises "set" and "expire" together: the second one
 		// finds the deadline where the first left it.
 		if moved && !resync && ttl > 0 {
@@ -382,9 +388,24 @@ func (w *nodeWatcher) update(key, value string, pttl time.Duration, resync bool)
 		}
 		return
 	}
-	w.held[key] = &passiveHold{value: value, since: now, deadline: deadline}
+	w.held[key] = &passiveHold{value: value, since: now, deadline: dl}
 	w.emit(event.Event{Type: event.Acquired, Key: key, Owner: ownerOf(value), TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true})
 }
+
+// deadline is when a watched key expires, known within [lo, hi] by the local
+// clock; zero when it has no TTL.
+type deadline struct{ lo, hi time.Time }
+
+// same reports whether two readings can be the same deadline.
+func (d deadline) same(e deadline) bool {
+	if d.lo.IsZero() || e.lo.IsZero() {
+		return d.lo.IsZero() == e.lo.IsZero()
+	}
+	return !e.lo.After(d.hi.Add(renewSlack)) && !e.hi.Before(d.lo.Add(-renewSlack))
+}
+
+// passed reports whether the deadline has certainly passed at now.
+func (d deadline) passed(now time.Time) bool { return !d.lo.IsZero() && now.After(d.hi) }
 
 func (w *nodeWatcher) released(key string) {
 	h := w.held[key]
@@ -437,12 +458,11 @@ func (w *nodeWatcher) resync(ctx context.Context) {
 	if w.syncKeys(ctx, keys) != nil {
 		return
 	}
-	now := w.c.opt.Now()
 	for key, h := range w.held {
 		if seen[key] {
 			continue
 		}
-		if !h.deadline.IsZero() && !now.Before(h.deadline) {
+		if h.deadline.passed(time.Now()) {
 			w.expired(key)
 		} else {
 			w.released(key)
@@ -456,6 +476,7 @@ func (w *nodeWatcher) syncKeys(ctx context.Context, keys []string) error {
 		return nil
 	}
 	pipe := w.rdb.Pipeline()
+	sent := time.Now()
 	gets := make([]*redis.StringCmd, len(keys))
 	ttls := make([]*redis.DurationCmd, len(keys))
 	for i, k := range keys {
@@ -473,7 +494,7 @@ func (w *nodeWatcher) syncKeys(ctx context.Context, keys []string) error {
 		if err != nil {
 			continue // deleted since SCAN, or not a string: its notification tells
 		}
-		w.update(k, v, ttls[i].Val(), true)
+		w.update(k, v, ttls[i].Val(), sent, true)
 	}
 	return nil
 }

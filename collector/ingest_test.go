@@ -1,0 +1,577 @@
+package collector
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// Test helpers shared by the collector's ingest and watch tests.
+
+// testAgg returns an Aggregator registered on a fresh registry.
+func testAgg(t *testing.T, cfg Config) (*Aggregator, *prometheus.Registry) {
+	t.Helper()
+	agg := NewAggregator(cfg)
+	reg := prometheus.NewRegistry()
+	if err := agg.Register(reg); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	return agg, reg
+}
+
+// running is a Collector whose Run goroutine the test controls.
+type running struct {
+	*Collector
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+// startCollector runs a Collector until stop or the end of the test, and
+// checks that Run returns nil promptly.
+func startCollector(t *testing.T, rdb redis.UniversalClient, agg *Aggregator, opt *Options) *running {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{Collector: New(rdb, agg, opt), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- r.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("Run() = %v, want nil", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("Run did not return within 10s of cancel")
+		}
+	})
+}
+
+// waitFor polls cond until it holds, failing the test after 15s (the suite
+// runs under -race on shared cores).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// metric sums the values of the series of name whose labels include want
+// (label, value pairs).
+func metric(t *testing.T, reg prometheus.Gatherer, name string, want ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	series:
+		for _, m := range mf.GetMetric() {
+			for i := 0; i+1 < len(want); i += 2 {
+				if !hasLabel(m, want[i], want[i+1]) {
+					continue series
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			case m.Untyped != nil:
+				sum += m.Untyped.GetValue()
+			case m.Histogram != nil:
+				sum += float64(m.Histogram.GetSampleCount())
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue() == value
+		}
+	}
+	return false
+}
+
+// logBuffer collects a Collector's log lines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *logBuffer) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// lines returns the log lines containing s.
+func (b *logBuffer) lines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// lockEvents returns rounds acquire/release pairs on each of keys, in time order.
+func lockEvents(keys []string, rounds int, t0 time.Time) []event.Event {
+	var evs []event.Event
+	ts := t0.UnixNano()
+	for r := 0; r < rounds; r++ {
+		for _, k := range keys {
+			ts += int64(time.Microsecond)
+			evs = append(evs, event.Event{Type: event.Acquired, Key: k, Owner: "app/host/1", Lease: fmt.Sprintf("%016x", ts), TS: ts, Wait: time.Millisecond, TTL: 10 * time.Second, Attempts: 1})
+			ts += int64(time.Microsecond)
+			evs = append(evs, event.Event{Type: event.Released, Key: k, Owner: "app/host/1", Lease: fmt.Sprintf("%016x", ts-int64(time.Microsecond)), TS: ts, Hold: time.Microsecond})
+		}
+	}
+	return evs
+}
+
+func keyList(prefix string, n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = prefix + "k" + strconv.Itoa(i)
+	}
+	return keys
+}
+
+func xaddPacked(t *testing.T, rdb redis.UniversalClient, stream string, evs []event.Event) {
+	t.Helper()
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: event.PackedFields(len(evs), event.Pack(evs))}).Err(); err != nil {
+		t.Fatalf("XADD packed: %v", err)
+	}
+}
+
+func xaddSingle(t *testing.T, rdb redis.UniversalClient, stream string, evs ...event.Event) {
+	t.Helper()
+	for i := range evs {
+		if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: event.AppendFields(nil, &evs[i])}).Err(); err != nil {
+			t.Fatalf("XADD single: %v", err)
+		}
+	}
+}
+
+func xaddRaw(t *testing.T, rdb redis.UniversalClient, stream string, values ...any) {
+	t.Helper()
+	if err := rdb.XAdd(context.Background(), &redis.XAddArgs{Stream: stream, Values: values}).Err(); err != nil {
+		t.Fatalf("XADD %v: %v", values, err)
+	}
+}
+
+// pendingCount is the group's number of unacknowledged entries.
+func pendingCount(t *testing.T, rdb redis.UniversalClient, stream, group string) int64 {
+	t.Helper()
+	p, err := rdb.XPending(context.Background(), stream, group).Result()
+	if err != nil {
+		t.Fatalf("XPENDING: %v", err)
+	}
+	return p.Count
+}
+
+func eventsTotal(agg *Aggregator) int64 { return agg.Overview().EventsTotal }
+
+func TestIngestPackedAndSingleEntries(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	t0 := time.Now()
+
+	// Written before any collector exists: the group starts Backfill ago
+	// and must still count them.
+	keys := keyList(prefix+"job:", 15)
+	packed := lockEvents(keys, 20, t0) // 600 events
+	xaddPacked(t, rdb, stream, packed[:300])
+	xaddPacked(t, rdb, stream, packed[300:])
+	single := lockEvents([]string{prefix + "single"}, 10, t0.Add(time.Second)) // 20 events, one per entry
+	xaddSingle(t, rdb, stream, single...)
+
+	agg, reg := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream})
+	const total = 620
+	waitFor(t, "620 events applied", func() bool { return eventsTotal(agg) >= total })
+	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+
+	if got := eventsTotal(agg); got != total {
+		t.Errorf("Overview().EventsTotal = %d, want %d", got, total)
+	}
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"lockscope_events_total", []string{"type", "acquired"}, 310},
+		{"lockscope_events_total", []string{"type", "released"}, 310},
+		{"lockscope_acquisitions_total", nil, 310},
+		{"lockscope_releases_total", []string{"outcome", "released"}, 310},
+		{"lockscope_events_malformed_total", nil, 0},
+		{"lockscope_held_locks", nil, 0},
+	}
+	for _, c := range checks {
+		if got := metric(t, reg, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	d, ok := agg.Lock(keys[3])
+	if !ok || d.Acquisitions != 20 || d.Held {
+		t.Errorf("Lock(%q) = {Acquisitions:%d Held:%v}, %v; want {Acquisitions:20 Held:false}, true", keys[3], d.Acquisitions, d.Held, ok)
+	}
+	d, ok = agg.Lock(prefix + "single")
+	if !ok || d.Acquisitions != 10 {
+		t.Errorf("Lock(single).Acquisitions = %d, %v; want 10, true", d.Acquisitions, ok)
+	}
+	if err := agg.Health(); err != nil {
+		t.Errorf("Health() = %v, want nil", err)
+	}
+}
+
+func TestIngestBackfillNegativeStartsAtEnd(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "old"}, 5, time.Now()))
+
+	agg, _ := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
+	waitFor(t, "group created", func() bool {
+		g, err := rdb.XInfoGroups(context.Background(), stream).Result()
+		return err == nil && len(g) == 1
+	})
+	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "new"}, 2, time.Now()))
+	// Entries are applied in ID order: had the old batch been read, the
+	// count would pass 4 on its way to 14.
+	waitFor(t, "new events applied", func() bool { return eventsTotal(agg) >= 4 })
+	if got := eventsTotal(agg); got != 4 {
+		t.Errorf("EventsTotal = %d, want 4 (events written before the group existed skipped)", got)
+	}
+}
+
+func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	now := time.Now()
+
+	good := lockEvents([]string{prefix + "a"}, 5, now) // 10 events
+	xaddPacked(t, rdb, stream, good)
+	xaddRaw(t, rdb, stream, "type", "acquired", "key", "k", "ts", "1")            // no version
+	xaddRaw(t, rdb, stream, "v", "99", "type", "acquired", "key", "k", "ts", "1") // unknown version
+	batch := event.Pack(good)
+	xaddRaw(t, rdb, stream, "v", "1", "n", "10", "batch", batch[:len(batch)-7])                // truncated batch
+	xaddRaw(t, rdb, stream, "v", "1", "n", strconv.Itoa(event.MaxBatchEvents+1), "batch", "x") // too many events
+	huge := event.Event{Type: event.Acquired, Key: strings.Repeat("k", event.MaxStringLen+1), TS: 1}
+	xaddSingle(t, rdb, stream, huge)      // key too large
+	xaddRaw(t, rdb, stream, "foo", "bar") // not an event at all
+	last := event.Event{Type: event.Acquired, Key: prefix + "b", Owner: "o", TS: now.Add(time.Second).UnixNano(), TTL: time.Minute, Attempts: 1}
+	xaddSingle(t, rdb, stream, last)
+	const bad, goodEvents = 6, 11
+
+	var logs logBuffer
+	agg, reg := testAgg(t, Config{})
+	r := startCollector(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
+	waitFor(t, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
+	waitFor(t, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
+	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+
+	if got := eventsTotal(agg); got != goodEvents {
+		t.Errorf("EventsTotal = %d, want %d", got, goodEvents)
+	}
+	if got := agg.Overview().Malformed; got != bad {
+		t.Errorf("Overview().Malformed = %d, want %d", got, bad)
+	}
+	if got := metric(t, reg, "lockscope_events_malformed_total"); got != bad {
+		t.Errorf("lockscope_events_malformed_total = %v, want %d", got, bad)
+	}
+	if d, ok := agg.Lock(prefix + "b"); !ok || !d.Held || d.Owner != "o" {
+		t.Errorf("Lock(b) = {Held:%v Owner:%q}, %v; want the holder after the garbage, true", d.Held, d.Owner, ok)
+	}
+	// Rate limited: the first bad entry is logged at once, the rest
+	// within 10s are folded into one count logged at the latest on exit.
+	if got := len(logs.lines("skipped malformed")); got != 1 {
+		t.Errorf("malformed log lines while running = %d, want 1:\n%s", got, logs.String())
+	}
+	r.stop(t)
+	lines := logs.lines("skipped malformed")
+	sum := 0
+	for _, l := range lines {
+		m := regexp.MustCompile(`count=(\d+)`).FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("log line without count: %s", l)
+		}
+		n, _ := strconv.Atoi(m[1])
+		sum += n
+	}
+	if len(lines) != 2 || sum != bad {
+		t.Errorf("malformed log lines = %d with counts summing to %d, want 2 lines summing to %d:\n%s", len(lines), sum, bad, strings.Join(lines, "\n"))
+	}
+}
+
+func TestIngestReplacementClaimsDeadConsumer(t *testing.T) {
+	for _, sameName := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sameName=%v", sameName), func(t *testing.T) {
+			srv := redistest.Shared(t)
+			rdb := srv.Client(t)
+			ctx := context.Background()
+			prefix := redistest.KeyPrefix(t)
+			stream := prefix + "events"
+			if err := rdb.XGroupCreateMkStream(ctx, stream, DefaultGroup, "0").Err(); err != nil {
+				t.Fatal(err)
+			}
+			keys := keyList(prefix, 4)
+			for i := 0; i < 6; i++ {
+				xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now())) // 80 events each
+			}
+			// The dead collector read three entries and was killed before
+			// acknowledging them.
+			dead := "dead"
+			consumer := "replacement"
+			if sameName {
+				consumer = dead
+			}
+			read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: dead, Streams: []string{stream, ">"}, Count: 3, Block: -1}).Result()
+			if err != nil || len(read) != 1 || len(read[0].Messages) != 3 {
+				t.Fatalf("XREADGROUP as dead = %v, %v; want 3 entries", read, err)
+			}
+			for i := 0; i < 4; i++ {
+				xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now()))
+			}
+			const total = 10 * 80
+
+			agg, reg := testAgg(t, Config{})
+			startCollector(t, rdb, agg, &Options{Stream: stream, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
+			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= total })
+			// Once nothing is pending, nothing can be delivered again.
+			waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+			if got := eventsTotal(agg); got != total {
+				t.Errorf("EventsTotal = %d, want %d (each event exactly once)", got, total)
+			}
+			if got := metric(t, reg, "lockscope_acquisitions_total"); got != total/2 {
+				t.Errorf("lockscope_acquisitions_total = %v, want %d", got, total/2)
+			}
+		})
+	}
+}
+
+func TestIngestRedisRestartRecovers(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	keys := keyList(prefix, 5)
+	for i := 0; i < 3; i++ {
+		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now())) // 100 events
+	}
+	agg, _ := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream})
+	waitFor(t, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
+	waitFor(t, "ready", func() bool { return agg.Health() == nil })
+
+	srv.Stop()
+	waitFor(t, "not ready", func() bool { return agg.Health() != nil })
+	if err := agg.Health(); !strings.Contains(err.Error(), "Redis unreachable") {
+		t.Errorf("Health() = %q, want it to say Redis is unreachable", err)
+	}
+	if got := eventsTotal(agg); got != 300 {
+		t.Errorf("EventsTotal while Redis is down = %d, want the last state, 300", got)
+	}
+
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The restarted server lost everything: the emitters recreate the
+	// stream, the collector its group.
+	for i := 0; i < 2; i++ {
+		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now()))
+	}
+	waitFor(t, "events after the restart applied", func() bool { return eventsTotal(agg) >= 500 })
+	waitFor(t, "ready again", func() bool { return agg.Health() == nil })
+	if got := eventsTotal(agg); got != 500 {
+		t.Errorf("EventsTotal = %d, want 500", got)
+	}
+	g, err := rdb.XInfoGroups(context.Background(), stream).Result()
+	if err != nil || len(g) != 1 || g[0].Name != DefaultGroup {
+		t.Errorf("XINFO GROUPS after restart = %+v, %v; want the group recreated", g, err)
+	}
+}
+
+func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	ev := func(i int) event.Event {
+		return event.Event{Type: event.Acquired, Key: prefix + "k" + strconv.Itoa(i), Owner: "o", TS: time.Now().UnixNano(), TTL: time.Minute, Attempts: 1}
+	}
+	for i := 0; i < 5; i++ {
+		xaddSingle(t, rdb, stream, ev(i))
+	}
+	first, _ := testAgg(t, Config{})
+	r := startCollector(t, rdb, first, &Options{Stream: stream})
+	waitFor(t, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
+	r.stop(t)
+
+	// While no collector runs, 10 entries are written and trimmed away.
+	for i := 5; i < 15; i++ {
+		xaddSingle(t, rdb, stream, ev(i))
+	}
+	if err := rdb.XTrimMaxLen(ctx, stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 15; i < 18; i++ {
+		xaddSingle(t, rdb, stream, ev(i))
+	}
+
+	var logs logBuffer
+	agg, reg := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
+	waitFor(t, "3 events after the gap applied", func() bool { return eventsTotal(agg) >= 3 })
+	waitFor(t, "gap reported", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") > 0 })
+	if got := metric(t, reg, "lockscope_stream_gap_entries_total"); got != 10 {
+		t.Errorf("lockscope_stream_gap_entries_total = %v, want 10", got)
+	}
+	if l := logs.lines("stream trimmed"); len(l) != 1 || !strings.Contains(l[0], "missing=10") {
+		t.Errorf("gap log lines = %q, want one with missing=10", l)
+	}
+	// Redis 7.0 keeps counting trimmed entries as lag; the exported lag
+	// must not.
+	waitFor(t, "lag back to 0", func() bool {
+		return metric(t, reg, "lockscope_stream_lag_entries") == 0 && metric(t, reg, "lockscope_stream_pending_entries") == 0
+	})
+	if got := eventsTotal(agg); got != 3 {
+		t.Errorf("EventsTotal = %d, want 3", got)
+	}
+}
+
+func TestIngestPendingEntriesTrimmedAreAGap(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, DefaultGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "a"}, 1, time.Now()))
+	}
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: "dead", Streams: []string{stream, ">"}, Count: 4, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.XTrimMaxLen(ctx, stream, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "b"}, 1, time.Now()))
+
+	agg, reg := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream, ClaimMinIdle: time.Millisecond})
+	waitFor(t, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
+	waitFor(t, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
+	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+	if got := metric(t, reg, "lockscope_stream_gap_entries_total"); got != 4 {
+		t.Errorf("lockscope_stream_gap_entries_total = %v, want 4", got)
+	}
+	if got := eventsTotal(agg); got != 2 {
+		t.Errorf("EventsTotal = %d, want 2", got)
+	}
+}
+
+func TestGapTracker(t *testing.T) {
+	// Snapshots as Redis 7.0 reports them (entries-read never repaired) and
+	// as later versions do (repaired when the group reads past the gap).
+	type step struct {
+		s           streamInfo
+		g           groupInfo
+		wantMissing int64
+		wantLag     int64
+	}
+	si := func(added, length int64, first, last string) streamInfo {
+		return streamInfo{length: length, entriesAdded: added, hasCounters: true, firstID: first, lastGenerated: last}
+	}
+	gi := func(read int64, delivered string, lag int64) groupInfo {
+		return groupInfo{entriesRead: read, entriesReadValid: true, lastDelivered: delivered, lag: lag, lagValid: true}
+	}
+	tests := map[string][]step{
+		"redis 7.0": {
+			{si(5, 5, "1-0", "5-0"), gi(5, "5-0", 0), 0, 0},
+			{si(18, 3, "16-0", "18-0"), gi(5, "5-0", 13), 10, 3}, // 10 trimmed unread
+			{si(18, 3, "16-0", "18-0"), gi(5, "5-0", 13), 0, 3},  // reported once
+			{si(18, 3, "16-0", "18-0"), gi(6, "16-0", 12), 0, 2},
+			{si(18, 3, "16-0", "18-0"), gi(8, "18-0", 10), 0, 0}, // caught up: lag excludes the gap
+			{si(20, 5, "16-0", "20-0"), gi(8, "18-0", 12), 0, 2},
+			{si(30, 2, "29-0", "30-0"), gi(10, "20-0", 20), 8, 2}, // a second gap of 8
+		},
+		"repaired": {
+			{si(18, 3, "16-0", "18-0"), gi(5, "5-0", 13), 10, 3},
+			{si(18, 3, "16-0", "18-0"), gi(16, "16-0", 2), 0, 2}, // R repaired to the position
+			{si(18, 3, "16-0", "18-0"), gi(18, "18-0", 0), 0, 0},
+			{si(30, 2, "29-0", "30-0"), gi(18, "18-0", 12), 10, 2},
+		},
+		"read past between polls (7.0)": {
+			{si(5, 5, "1-0", "5-0"), gi(5, "5-0", 0), 0, 0},
+			{si(18, 3, "16-0", "18-0"), gi(8, "18-0", 10), 10, 0},
+		},
+		"no counters (miniredis)": {
+			{streamInfo{length: 9, lastGenerated: "9-0"}, groupInfo{lastDelivered: "9-0", lag: 9, lagValid: true}, 0, 0},
+			{streamInfo{length: 12, lastGenerated: "12-0"}, groupInfo{lastDelivered: "9-0", lag: 12, lagValid: true}, 0, 0},
+		},
+	}
+	for name, steps := range tests {
+		t.Run(name, func(t *testing.T) {
+			var tr gapTracker
+			for i, st := range steps {
+				missing, lag := tr.update(0, &st.s, st.g)
+				if missing != st.wantMissing || lag != st.wantLag {
+					t.Errorf("step %d: update() = %d missing, lag %d; want %d, %d", i, missing, lag, st.wantMissing, st.wantLag)
+				}
+			}
+		})
+	}
+}

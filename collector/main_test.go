@@ -1,0 +1,9 @@
+package collector
+
+import (
+	"testing"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }

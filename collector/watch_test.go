@@ -1,0 +1,356 @@
+package collector
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// The compare-and-delete redis-py's Lock.release runs (and redislock,
+// redsync and node-redlock run the same shape).
+const luaRelease = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`
+
+// redis-py's Lock.extend(replace_ttl=True).
+const luaExtend = `if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end redis.call("pexpire", KEYS[1], ARGV[2]) return 1`
+
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func waitSynced(t *testing.T, c *running, n int64) {
+	t.Helper()
+	waitFor(t, "watcher subscribed and rescanned", func() bool { return c.synced.Load() >= n })
+}
+
+func lockInfo(agg *Aggregator, key string) LockInfo {
+	d, _ := agg.Lock(key)
+	return d.LockInfo
+}
+
+func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
+	srv := redistest.Shared(t) // notify-keyspace-events KEA
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+
+	// Held before the collector starts: found by the start-up rescan.
+	early := prefix + "py:early"
+	if err := rdb.Set(ctx, early, "early-token", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	agg, reg := testAgg(t, Config{})
+	c := startCollector(t, rdb, agg, &Options{
+		Stream: prefix + "events",
+		Watch:  []string{prefix + "py:*", prefix + "nx:*", prefix + "*"}, // overlapping on purpose
+	})
+	waitSynced(t, c, 1)
+	if li := lockInfo(agg, early); !li.Held || li.Owner != "early-token" || !li.Passive {
+		t.Errorf("Lock(early) = {Held:%v Owner:%q Passive:%v}, want held by early-token, passive", li.Held, li.Owner, li.Passive)
+	}
+
+	// redis-py: SET key token NX PX 3000, extend, Lua compare-and-delete.
+	py := prefix + "py:job:1"
+	for i, token := range []string{"2b7c0a4e9f3d4c1a8e6b5d7f9a1c3e5b", "b1d2c3e4f5a6978812345678abcdef00", "0123456789abcdef0123456789abcdef"} {
+		ok, err := rdb.SetNX(ctx, py, token, 3*time.Second).Result()
+		if err != nil || !ok {
+			t.Fatalf("SET NX PX = %v, %v", ok, err)
+		}
+		waitFor(t, "redis-py lock held", func() bool {
+			li := lockInfo(agg, py)
+			return li.Held && li.Owner == token
+		})
+		if li := lockInfo(agg, py); !li.Passive || li.TTL <= 2*time.Second || li.TTL > 3*time.Second {
+			t.Errorf("round %d: Lock(py) = {Passive:%v TTL:%v}, want passive with TTL ~3s", i, li.Passive, li.TTL)
+		}
+		if err := rdb.Eval(ctx, luaExtend, []string{py}, token, 20000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "extended TTL", func() bool { return lockInfo(agg, py).TTL > 10*time.Second })
+		if n, err := rdb.Eval(ctx, luaRelease, []string{py}, token).Int(); err != nil || n != 1 {
+			t.Fatalf("release script = %v, %v; want 1", n, err)
+		}
+		waitFor(t, "redis-py lock released", func() bool { return !lockInfo(agg, py).Held })
+	}
+
+	// Old clients: SETNX, then EXPIRE, then DEL.
+	nx := prefix + "nx:report"
+	if err := rdb.Do(ctx, "SETNX", nx, "cron@host-7").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.Expire(ctx, nx, 30*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "SETNX lock held with its TTL", func() bool {
+		li := lockInfo(agg, nx)
+		return li.Held && li.Owner == "cron@host-7" && li.TTL > 20*time.Second
+	})
+	if err := rdb.Del(ctx, nx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "SETNX lock released", func() bool { return !lockInfo(agg, nx).Held })
+
+	// Locks written by lockscope itself report through the stream: skipped.
+	own := prefix + "py:own"
+	if err := rdb.Set(ctx, own, "ls1|tokentokentokentokent|0123456789abcdef|0|1700000000000|app/host/1", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// An expiring foreign lock; notifications arrive in order, so once it
+	// is seen the lockscope value before it has been handled.
+	exp := prefix + "py:expiring"
+	if err := rdb.SetNX(ctx, exp, "doomed", 100*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "expiration confirmed", func() bool {
+		for _, e := range agg.Expirations(10) {
+			if e.Key == exp {
+				return true
+			}
+		}
+		return false
+	})
+	if _, ok := agg.Lock(own); ok {
+		t.Errorf("Lock(own) is tracked; want lockscope's own value skipped by the passive watch")
+	}
+	for _, e := range agg.Expirations(10) {
+		if e.Key == exp && (!e.Confirmed || e.Owner != "doomed") {
+			t.Errorf("Expirations()[%q] = {Confirmed:%v Owner:%q}, want confirmed, owner doomed", exp, e.Confirmed, e.Owner)
+		}
+	}
+	if err := rdb.Del(ctx, early).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "early lock released", func() bool { return !lockInfo(agg, early).Held })
+
+	// early 1 + redis-py 3 + SETNX 1 + expiring 1.
+	checks := []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"lockscope_acquisitions_total", nil, 6},
+		{"lockscope_releases_total", []string{"outcome", "released"}, 5},
+		{"lockscope_expirations_total", nil, 1},
+		{"lockscope_held_locks", nil, 0},
+	}
+	for _, c := range checks {
+		if got := metric(t, reg, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+	// 3 extends, plus the SETNX's EXPIRE when the watcher read the value
+	// before EXPIRE ran; never the "expire" SET PX raises with its "set".
+	if got := metric(t, reg, "lockscope_events_total", "type", "renewed"); got != 3 && got != 4 {
+		t.Errorf("lockscope_events_total{type=renewed} = %v, want 3 or 4", got)
+	}
+}
+
+func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Notify: "none"})
+	admin := srv.Client(t)
+	ctx := context.Background()
+	// A collector user that may do everything but CONFIG, as on a managed
+	// Redis.
+	if err := admin.Do(ctx, "ACL", "SETUSER", "collector", "on", ">secret", "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "collector", Password: "secret"})
+	t.Cleanup(func() { rdb.Close() })
+
+	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	var logs logBuffer
+	agg, reg := testAgg(t, Config{Now: clock.Now, ExpiryGrace: time.Second})
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	c := startCollector(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
+	waitSynced(t, c, 1)
+
+	lines := logs.lines("cannot set notify-keyspace-events")
+	if len(lines) != 1 || !strings.Contains(lines[0], "NOPERM") || !strings.Contains(lines[0], `need=ExK$g`) || !strings.Contains(lines[0], "notify-keyspace-events ExK$g`") {
+		t.Errorf("refusal log = %q, want one line naming the error and the flags ExK$g to configure", lines)
+	}
+	if got, err := admin.ConfigGet(ctx, "notify-keyspace-events").Result(); err != nil || got["notify-keyspace-events"] != "" {
+		t.Errorf("notify-keyspace-events = %q, %v; want untouched", got, err)
+	}
+
+	// Expiry is still detected from the TTL.
+	key := prefix + "held"
+	xaddSingle(t, rdb, stream, event.Event{Type: event.Acquired, Key: key, Owner: "app", Lease: "l1", TS: clock.Now().UnixNano(), TTL: 2 * time.Second, Attempts: 1})
+	waitFor(t, "lock held", func() bool { return lockInfo(agg, key).Held })
+	clock.Add(5 * time.Second)
+	waitFor(t, "expiry detected by Tick", func() bool { return metric(t, reg, "lockscope_expirations_total") == 1 })
+	ex := agg.Expirations(10)
+	if len(ex) != 1 || ex[0].Key != key || ex[0].Confirmed {
+		t.Errorf("Expirations() = %+v, want one unconfirmed expiration of %q", ex, key)
+	}
+}
+
+func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Notify: "Kl"})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	var logs logBuffer
+	agg, _ := testAgg(t, Config{})
+	c := startCollector(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
+	waitSynced(t, c, 1)
+
+	flags := func() string {
+		v, err := rdb.ConfigGet(ctx, "notify-keyspace-events").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v["notify-keyspace-events"]
+	}
+	want := func(when string) {
+		t.Helper()
+		got := flags()
+		if missing := missingFlags(got, "lKE$gx"); missing != "" {
+			t.Errorf("%s: notify-keyspace-events = %q, missing %q", when, got, missing)
+		}
+	}
+	want("after start")
+	if l := logs.lines("enabled keyspace notifications"); len(l) != 1 {
+		t.Errorf("log lines about enabling = %q, want 1", l)
+	}
+	if err := rdb.SetNX(ctx, "lock:a", "tok-a", 50*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "confirmed expiration", func() bool {
+		ex := agg.Expirations(1)
+		return len(ex) == 1 && ex[0].Key == "lock:a" && ex[0].Confirmed
+	})
+
+	// A restarted Redis forgets CONFIG SET and every key: the watcher
+	// configures it again, and its rescan finds the held lock gone.
+	if err := rdb.SetNX(ctx, "lock:b", "tok-b", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "lock:b held", func() bool { return lockInfo(agg, "lock:b").Held })
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	waitSynced(t, c, 2)
+	want("after a Redis restart")
+	if li := lockInfo(agg, "lock:b"); li.Held {
+		t.Errorf("Lock(lock:b).Held = true after Redis lost it, want released by the rescan")
+	}
+}
+
+func TestWatchMiniredisHasNoNotifications(t *testing.T) {
+	m := miniredis.RunT(t)
+	rdb := redis.NewClient(&redis.Options{Addr: m.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	xaddPacked(t, rdb, "events", lockEvents([]string{"a", "b"}, 10, time.Now()))
+
+	var logs logBuffer
+	agg, _ := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
+	waitFor(t, "events applied from miniredis", func() bool { return eventsTotal(agg) >= 40 })
+	waitFor(t, "log about missing notifications", func() bool { return len(logs.lines("sends no keyspace notifications")) == 1 })
+	xaddPacked(t, rdb, "events", lockEvents([]string{"c"}, 5, time.Now()))
+	waitFor(t, "more events applied", func() bool { return eventsTotal(agg) >= 50 })
+	if got := eventsTotal(agg); got != 50 {
+		t.Errorf("EventsTotal = %d, want 50", got)
+	}
+	if err := agg.Health(); err != nil {
+		t.Errorf("Health() = %v, want nil", err)
+	}
+}
+
+func TestGlobMatchAgreesWithRedis(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	keys := []string{"", "a", "ab", "abc", "ax", "bx", "dx", "*x", "xx", "a\\", "[ab", "]x", "-x", "^x",
+		"aabbcc", "a\nb", "%?/", "<script>", "lock:1", "lock:1:2", "a]b", "caab"}
+	patterns := []string{"*", "a*", "*b", "a?c", "?", "[abc]x", "[^a]x", "[a-c]x", "[c-a]x", "\\*x", "a\\\\",
+		"[ab", "[a\\]]x", "**a**", "*a*b*c*", "[]x", "[-]x", "[^]x", "a\\", "lock:*", "lock:?", "*[b]", "c*a*b"}
+	for _, k := range keys {
+		if err := rdb.Set(ctx, prefix+k, "v", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range patterns {
+		got, err := rdb.Keys(ctx, escapeGlob(prefix)+p).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var redisSays []string
+		for _, k := range got {
+			redisSays = append(redisSays, strings.TrimPrefix(k, prefix))
+		}
+		var weSay []string
+		for _, k := range keys {
+			if globMatch(escapeGlob(prefix)+p, prefix+k) {
+				weSay = append(weSay, k)
+			}
+		}
+		slices.Sort(redisSays)
+		slices.Sort(weSay)
+		if !slices.Equal(weSay, redisSays) {
+			t.Errorf("globMatch(%q) matches %q, Redis KEYS matches %q", p, weSay, redisSays)
+		}
+	}
+}
+
+func escapeGlob(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func TestGlobMatchStaysLinear(t *testing.T) {
+	key := strings.Repeat("a", 10_000)
+	start := time.Now()
+	if globMatch("*a*a*a*a*a*a*a*a*a*a*b", key) {
+		t.Errorf("globMatch matched a key without b")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("globMatch took %v on a 10 kB key", d)
+	}
+}
+
+func TestMissingFlags(t *testing.T) {
+	tests := []struct{ cur, need, want string }{
+		{"", "Ex", "Ex"},
+		{"AKE", "ExK$gx", ""},
+		{"KEA", "ExK$gx", ""},
+		{"Kl", "ExK$g", "Ex$g"},
+		{"Ex", "ExK$g", "K$g"},
+		{"", "ExK$gx", "ExK$g"},
+		{"KA", "Ex", "E"},
+	}
+	for _, tt := range tests {
+		if got := missingFlags(tt.cur, tt.need); got != tt.want {
+			t.Errorf("missingFlags(%q, %q) = %q, want %q", tt.cur, tt.need, got, tt.want)
+		}
+	}
+}
