@@ -1,0 +1,151 @@
+package collector
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestDefaultClass(t *testing.T) {
+	long := strings.Repeat("segment:", 2000) // 16 kB of separators
+	tests := []struct {
+		key, want string
+	}{
+		{"workflow:123", "workflow:*"},
+		{"workflow:987", "workflow:*"},
+		{"orders/2024/invoice/17", "orders/*/invoice/*"},
+		{"user:550e8400-e29b-41d4-a716-446655440000:profile", "user:*:profile"},
+		{"user:550E8400-E29B-41D4-A716-446655440000", "user:*"},
+		{"blob:deadbeef", "blob:*"},
+		{"blob:deadbee", "blob:deadbee"}, // 7 hex digits: a word, not an id
+		{"commit:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08", "commit:*"},
+		{"job-42", "job-*"},
+		{"report_2024_01_15.pdf", "report_*_*_*.pdf"},
+		{"host:10.0.0.1", "host:*.*.*.*"},
+		{"ulid:01ARZ3NDEKTSV4RRFFQ69G5FAV", "ulid:*"},
+		{"name:accountingdepartment", "name:accountingdepartment"}, // letters only
+		{"cache", "cache"},
+		{"", ""},
+		{":", ":"},
+		{"a::b", "a::b"},
+		{"lock:" + "\xff\xfe" + ":1", "lock:\uFFFD\uFFFD:*"},
+		{"lock:line\nbreak", "lock:line?break"},
+		{"lock:<script>alert(1)</script>", "lock:<script>alert(1)</script>"}, // "/" splits, nothing varies
+		{"é:42", "é:*"},
+	}
+	for _, tc := range tests {
+		got := string(appendDefaultClass(nil, tc.key))
+		if got != tc.want {
+			t.Errorf("defaultClass(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+	got := string(appendDefaultClass(nil, long))
+	if len(got) > maxClassLen || !strings.HasSuffix(got, "*") || !strings.HasPrefix(got, "segment:segment:") {
+		t.Errorf("defaultClass(16 kB key) = %q (%d bytes), want a prefix of at most %d bytes ending in '*'", got, len(got), maxClassLen)
+	}
+	huge := "x" + strings.Repeat("é", 5000)
+	if got := string(appendDefaultClass(nil, huge)); len(got) > maxClassLen || !utf8.ValidString(got) || !strings.HasSuffix(got, "*") {
+		t.Errorf("defaultClass(10 kB of é) = %q (%d bytes), want valid UTF-8 of at most %d bytes ending in '*'", got, len(got), maxClassLen)
+	}
+}
+
+func TestClassGlob(t *testing.T) {
+	tests := []struct {
+		pattern, s string
+		want       bool
+	}{
+		{"payment:*", "payment:1", true},
+		{"payment:*", "payment:a/b:c", true},
+		{"payment:*", "payments:1", false},
+		{"*:lock", "a:b:lock", true},
+		{"*:lock", "a:b:locks", false},
+		{"job-?", "job-1", true},
+		{"job-?", "job-12", false},
+		{"*", "", true},
+		{"", "", true},
+		{"", "x", false},
+		{"a*b*c", "axxbyyc", true},
+		{"a*b*c", "axxbyy", false},
+		{"*a*a*a*b", strings.Repeat("a", 10000), false},
+	}
+	for _, tc := range tests {
+		if got := classGlob(tc.pattern, tc.s); got != tc.want {
+			t.Errorf("classGlob(%q, %.20q) = %v, want %v", tc.pattern, tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestClassRulesAndCap(t *testing.T) {
+	a, _ := newTestAggregator(t, Config{
+		MaxClasses: 3,
+		Classes: []ClassRule{
+			{Pattern: "payment:*"},                     // class is the pattern
+			{Pattern: "tenant:*:billing", Class: "billing"},
+			{Pattern: "bad:*", Class: "bad\xff\nclass"}, // sanitised
+		},
+	})
+	classOf := func(key string) string {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.classOfLocked(key).name
+	}
+	tests := []struct{ key, want string }{
+		{"payment:42", "payment:*"},
+		{"tenant:acme:billing", "billing"},
+		{"bad:1", "bad\uFFFD?class"},
+		{"a:1", "a:*"},
+		{"b:1", "b:*"},
+		{"c:1", "c:*"},
+		{"d:1", OtherClass}, // fourth derived class: over the cap
+		{"a:2", "a:*"},      // known classes stay
+		{"payment:x", "payment:*"},
+		{"other", OtherClass},
+		{"tenant:beta:billing", "billing"}, // rule classes are not capped
+	}
+	for _, tc := range tests {
+		if got := classOf(tc.key); got != tc.want {
+			t.Errorf("class(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+	want := []string{"a:*", "b:*", "bad\uFFFD?class", "billing", "c:*", "other", "payment:*"}
+	if got := a.Classes(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("Classes() = %q, want %q", got, want)
+	}
+}
+
+// FuzzClass checks that any key yields a class that is a bounded, valid
+// UTF-8 label value, deterministically.
+func FuzzClass(f *testing.F) {
+	for _, s := range []string{
+		"workflow:123", "user:550e8400-e29b-41d4-a716-446655440000", "a/b/c", "\xff\xfe:1",
+		strings.Repeat("ab:", 100), strings.Repeat("é", 60) + ":1", "x-1_2.3", "",
+	} {
+		f.Add(s)
+	}
+	rules := compileRules([]ClassRule{{Pattern: "pay*ment:?"}, {Pattern: "*:*:*:*:x", Class: "deep"}})
+	f.Fuzz(func(t *testing.T, key string) {
+		got, _ := appendClass(nil, key, rules)
+		again, _ := appendClass(nil, key, rules)
+		if string(got) != string(again) {
+			t.Fatalf("class(%q) not deterministic: %q then %q", key, got, again)
+		}
+		if len(got) > maxClassLen {
+			t.Fatalf("class(%q) = %q: %d bytes, want at most %d", key, got, len(got), maxClassLen)
+		}
+		if !utf8.Valid(got) {
+			t.Fatalf("class(%q) = %q: not valid UTF-8", key, got)
+		}
+		for _, c := range got {
+			if c < 0x20 || c == 0x7f {
+				t.Fatalf("class(%q) = %q: control character", key, got)
+			}
+		}
+		if len(key) <= maxClassLen/3 && utf8.ValidString(key) && !strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			// A short clean key's class keeps its separators in place.
+			if strings.Count(string(got), ":") != strings.Count(key, ":") && string(got) != "deep" {
+				t.Fatalf("class(%q) = %q: separators changed", key, got)
+			}
+		}
+	})
+}
