@@ -1,0 +1,242 @@
+package reliability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/faultproxy"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// verifyNoLeaks fails t if goroutines other than those in ignore remain,
+// waiting up to 5s for goroutines that are on their way out.
+func verifyNoLeaks(t *testing.T, ignore ...goleak.Option) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := goleak.Find(ignore...)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("goroutines leaked: %v", err)
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deadlineSlack is how late past its context's deadline a call may return:
+// scheduling on 2 shared cores under the race detector.
+const deadlineSlack = 200 * time.Millisecond
+
+// recordBound is the longest one Record call may take.
+const recordBound = 250 * time.Millisecond
+
+// timed runs f and returns how long it took.
+func timed(f func()) time.Duration {
+	start := time.Now()
+	f()
+	return time.Since(start)
+}
+
+// TestLockThroughLatencyAndStalls puts a TCP proxy between the lock library
+// (and its emitter) and Redis, injects 200ms of latency each way and then a
+// full stall, and checks that every call honours its deadline, that Record
+// never blocks, that drops are counted and then reported, that a lease
+// whose renewals cannot get through is known lost by the end of its TTL,
+// and that nothing is left running afterwards.
+//
+// Two client configurations: go-redis's defaults (what most applications
+// pass to lock.New) and ContextTimeoutEnabled. The library promises that
+// waits stop at the context's deadline whatever the client's options.
+func TestLockThroughLatencyAndStalls(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opt  redis.Options
+	}{
+		{"DefaultClientOptions", redis.Options{}},
+		{"ContextTimeoutEnabled", redis.Options{ContextTimeoutEnabled: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { lockThroughFaults(t, tc.opt) })
+	}
+}
+
+func lockThroughFaults(t *testing.T, opt redis.Options) {
+	srv := redistest.Shared(t)
+	ignore := goleak.IgnoreCurrent()
+	direct := srv.Client(t)
+	ctx := testCtx(t, 60*time.Second)
+	p := redistest.KeyPrefix(t)
+	stream := p + "events"
+
+	proxy, err := faultproxy.New(srv.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Addr = proxy.Addr()
+	rdb := redis.NewClient(&opt)
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, MaxLen: -1, BufferSize: 2000, BatchSize: 200})
+	client := lock.New(rdb, &lock.Options{Owner: "app", Recorder: em})
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	// checkDeadline runs n concurrent Obtains of free keys with a 100ms
+	// deadline and checks each fails by its deadline, without leaving the
+	// key held for its 30s TTL.
+	checkDeadline := func(phase string, n int) {
+		t.Helper()
+		const deadline = 100 * time.Millisecond
+		var wg sync.WaitGroup
+		errs := make([]error, n)
+		took := make([]time.Duration, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				octx, cancel := context.WithTimeout(ctx, deadline)
+				defer cancel()
+				took[i] = timed(func() {
+					var l *lock.Lease
+					l, errs[i] = client.Obtain(octx, fmt.Sprintf("%s%s:%d", p, phase, i), 30*time.Second, nil)
+					if l != nil {
+						l.Release(ctx)
+					}
+				})
+			}()
+		}
+		wg.Wait()
+		for i := range n {
+			if errs[i] == nil || !errors.Is(errs[i], lock.ErrNotObtained) {
+				t.Errorf("%s: Obtain #%d with a %v deadline = %v, want ErrNotObtained", phase, i, deadline, errs[i])
+			}
+			if took[i] > deadline+deadlineSlack {
+				t.Errorf("%s: Obtain #%d with a %v deadline returned after %v, want by the deadline (+%v)", phase, i, deadline, took[i], deadlineSlack)
+			}
+		}
+	}
+
+	// recordBurst records n events and returns the slowest Record call. A
+	// Record that waited for I/O would take about a write timeout (1s) or a
+	// go-redis read timeout (3s); the bound leaves room for a scheduler
+	// that shares 2 cores with other test binaries.
+	recordBurst := func(n int) time.Duration {
+		var slowest time.Duration
+		for i := range n {
+			d := timed(func() {
+				em.Record(event.Event{Type: event.Acquired, Key: fmt.Sprintf("%sburst:%d", p, i), Owner: "app", TTL: time.Second})
+			})
+			slowest = max(slowest, d)
+		}
+		return slowest
+	}
+
+	// A lease renewing through the proxy, taken while the network is good.
+	held, err := client.Obtain(ctx, p+"held", 600*time.Millisecond, &lock.ObtainOptions{AutoRenew: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Latency: 200ms each way, a round trip takes 400ms.
+	proxy.SetLatency(200 * time.Millisecond)
+	checkDeadline("latency", 8)
+	if slowest := recordBurst(5000); slowest > recordBound {
+		t.Errorf("slowest Record under latency took %v, want < %v (never blocks)", slowest, recordBound)
+	}
+
+	// Stall: connections open, no byte moves.
+	proxy.SetLatency(0)
+	proxy.Stall()
+	stalled := time.Now()
+	checkDeadline("stall", 8)
+	if slowest := recordBurst(5000); slowest > recordBound {
+		t.Errorf("slowest Record under a stall took %v, want < %v (never blocks)", slowest, recordBound)
+	}
+	// The lease cannot renew: it must know it is lost by the end of its TTL
+	// (600ms from its last renewal, at most 600ms before the stall).
+	select {
+	case <-held.Done():
+		if took := time.Since(stalled); took > 600*time.Millisecond+deadlineSlack {
+			t.Errorf("lease learned of its loss %v into the stall, want within its 600ms TTL", took)
+		}
+		if !errors.Is(held.Err(), lock.ErrLost) {
+			t.Errorf("lease Err() after stalled renewals = %v, want ErrLost", held.Err())
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("lease still not lost 3s into a stall with a 600ms TTL")
+	}
+	droppedInStall := em.Stats().Dropped
+	if droppedInStall == 0 {
+		t.Errorf("emitter dropped nothing during a stall with 10k events and a 2k buffer")
+	}
+	fctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	if d := timed(func() { em.Flush(fctx) }); d > 100*time.Millisecond+deadlineSlack {
+		t.Errorf("Flush with a 100ms deadline during a stall returned after %v", d)
+	}
+	cancel()
+
+	// Heal. Writes that the stall held back may still land, and go-redis
+	// discards the connections they timed out on.
+	proxy.Resume()
+	var l *lock.Lease
+	if !waitFor(testCtx(t, 10*time.Second), func() bool {
+		octx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		l, err = client.Obtain(octx, p+"after", time.Second, nil)
+		return err == nil
+	}) {
+		t.Fatalf("Obtain after the network healed: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Errorf("Release after the network healed: %v", err)
+	}
+	// Obtains that timed out must not leave their keys held for 30s.
+	for _, phase := range []string{"latency", "stall"} {
+		for i := range 8 {
+			k := fmt.Sprintf("%s%s:%d", p, phase, i)
+			if !waitFor(testCtx(t, 5*time.Second), func() bool { return direct.Exists(ctx, k).Val() == 0 }) {
+				t.Errorf("key %q still held %v after its Obtain timed out, want released (orphan cleanup)", k, direct.PTTL(ctx, k).Val())
+			}
+		}
+	}
+
+	// Close flushes; afterwards every recorded event was sent or dropped,
+	// and every drop was reported in a dropped event.
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := em.Close(cctx); err != nil {
+		t.Errorf("emitter Close after the network healed: %v", err)
+	}
+	cancel()
+	st := em.Stats()
+	if st.Recorded != st.Sent+st.Dropped {
+		t.Errorf("Stats() = %+v: recorded != sent + dropped", st)
+	}
+	evs, bad := streamEvents(ctx, t, direct, stream)
+	byType, reported := countTypes(evs)
+	if bad != 0 {
+		t.Errorf("%d stream entries do not decode", bad)
+	}
+	if reported != int64(st.Dropped) {
+		t.Errorf("dropped events report %d drops, want Stats().Dropped = %d", reported, st.Dropped)
+	}
+	// A write that timed out may still have landed: the stream holds at
+	// least what was reported sent, and never more than was recorded.
+	if got := len(evs) - byType[event.Dropped]; uint64(got) < st.Sent || uint64(got) > st.Recorded {
+		t.Errorf("stream holds %d events, want between Sent %d and Recorded %d", got, st.Sent, st.Recorded)
+	}
+	t.Logf("emitter %+v; dropped during stall %d; stream events %d", st, droppedInStall, len(evs))
+
+	rdb.Close()
+	proxy.Close()
+	verifyNoLeaks(t, ignore)
+}
