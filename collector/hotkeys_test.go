@@ -1,0 +1,223 @@
+package collector
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/lockscope/lockscope/event"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// contend returns n acquisitions of key that each waited wait over 2
+// attempts (contended), at aggT0+at.
+func contend(key string, n int, wait, at time.Duration) []event.Event {
+	out := make([]event.Event, n)
+	for i := range out {
+		out[i] = acquired(key, fmt.Sprintf("o%d", i), fmt.Sprintf("l%d", i), at, wait, 2, 0)
+	}
+	return out
+}
+
+func TestHotKeysExact(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	ms := time.Millisecond
+	clk.Set(aggT0.Add(time.Second))
+	var evs []event.Event
+	evs = append(evs, contend("q:1", 5, 10*ms, 0)...)
+	evs = append(evs, contend("q:2", 3, 100*ms, 0)...)
+	evs = append(evs, contend("q:3", 1, 2*time.Second, 0)...)
+	evs = append(evs, acquired("q:1", "x", "y", 0, ms, 1, 0)) // uncontended
+	evs = append(evs, failed("q:4", "z", 0, 3*ms, 1, event.ReasonHeld))
+	evs = append(evs, failed("q:4", "z", 0, 4*ms, 1, event.ReasonHeld))
+	a.Apply(evs)
+
+	wantCont := []HotKey{
+		{Key: "q:1", Class: "q:*", Contentions: 5, Wait: 51 * ms, Acquisitions: 6},
+		{Key: "q:2", Class: "q:*", Contentions: 3, Wait: 300 * ms, Acquisitions: 3},
+		{Key: "q:4", Class: "q:*", Contentions: 2, Wait: 7 * ms, Acquisitions: 0},
+		{Key: "q:3", Class: "q:*", Contentions: 1, Wait: 2 * time.Second, Acquisitions: 1},
+	}
+	for _, w := range Windows {
+		if diff := cmp.Diff(wantCont, a.HotKeys(w, ByContentions, 10)); diff != "" {
+			t.Errorf("HotKeys(%v, contentions) (-want +got):\n%s", w, diff)
+		}
+	}
+	wantWait := []HotKey{
+		{Key: "q:3", Class: "q:*", Contentions: 1, Wait: 2 * time.Second, Acquisitions: 1},
+		{Key: "q:2", Class: "q:*", Contentions: 3, Wait: 300 * ms, Acquisitions: 3},
+		{Key: "q:1", Class: "q:*", Contentions: 5, Wait: 51 * ms, Acquisitions: 6},
+		{Key: "q:4", Class: "q:*", Contentions: 2, Wait: 7 * ms, Acquisitions: 0},
+	}
+	if diff := cmp.Diff(wantWait, a.HotKeys(5*time.Minute, ByWait, 10)); diff != "" {
+		t.Errorf("HotKeys(5m, wait) (-want +got):\n%s", diff)
+	}
+	if got := a.HotKeys(time.Minute, ByContentions, 2); len(got) != 2 || got[1].Key != "q:2" {
+		t.Errorf("HotKeys(1m, contentions, 2) = %+v, want q:1, q:2", got)
+	}
+
+	// Counts from several buckets add up.
+	clk.Set(aggT0.Add(25 * time.Second))
+	a.Apply(contend("q:2", 4, 10*ms, 25*time.Second))
+	got := a.HotKeys(time.Minute, ByContentions, 1)
+	if len(got) != 1 || got[0].Key != "q:2" || got[0].Contentions != 7 || got[0].Error != 0 {
+		t.Errorf("HotKeys(1m) after a second bucket = %+v, want q:2 with 7 contentions, error 0", got)
+	}
+}
+
+func TestHotKeysWindowExpiry(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(time.Second))
+	a.Apply(contend("w:1", 3, time.Millisecond, time.Second))
+	count := func(w time.Duration) int64 {
+		var n int64
+		for _, h := range a.HotKeys(w, ByContentions, 10) {
+			n += h.Contentions
+		}
+		return n
+	}
+	steps := []struct {
+		at         time.Duration
+		m1, m5, h1 int64
+		why        string
+	}{
+		{59 * time.Second, 3, 3, 3, "all windows"},
+		{71 * time.Second, 0, 3, 3, "past 1 m (+ one step)"},
+		{5*time.Minute + 9*time.Second, 0, 3, 3, "inside 5 m + one step"},
+		{5*time.Minute + 11*time.Second, 0, 0, 3, "past 5 m"},
+		{59 * time.Minute, 0, 0, 3, "inside 1 h"},
+		{time.Hour + 61*time.Second, 0, 0, 0, "past 1 h"},
+	}
+	for _, s := range steps {
+		clk.Set(aggT0.Add(s.at))
+		if m1, m5, h1 := count(time.Minute), count(5*time.Minute), count(time.Hour); m1 != s.m1 || m5 != s.m5 || h1 != s.h1 {
+			t.Errorf("at %v (%s): contentions 1m, 5m, 1h = %d, %d, %d, want %d, %d, %d", s.at, s.why, m1, m5, h1, s.m1, s.m5, s.h1)
+		}
+	}
+}
+
+// TestHotKeysBounded streams far more distinct keys than a sketch holds and
+// checks the space-saving guarantees for the heavy keys.
+func TestHotKeysBounded(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{MaxKeys: 1000})
+	var evs []event.Event
+	for i := range 20000 {
+		evs = append(evs, failed(fmt.Sprintf("noise:%d", i), "n", 0, time.Millisecond, 1, event.ReasonHeld))
+		if i%40 == 0 {
+			evs = append(evs, failed("heavy:1", "h", 0, time.Millisecond, 1, event.ReasonHeld))
+		}
+		if i%80 == 0 {
+			evs = append(evs, failed("heavy:2", "h", 0, time.Millisecond, 1, event.ReasonHeld))
+		}
+	}
+	// Spread over several buckets so merging is exercised too.
+	for i := 0; i < len(evs); i += 1000 {
+		clk.Add(3 * time.Second)
+		a.Apply(evs[i:min(i+1000, len(evs))])
+	}
+	got := a.HotKeys(5*time.Minute, ByContentions, 3)
+	if len(got) < 2 || got[0].Key != "heavy:1" || got[1].Key != "heavy:2" {
+		t.Fatalf("HotKeys top = %+v, want heavy:1 then heavy:2", got)
+	}
+	for i, trueCount := range []int64{500, 250} {
+		h := got[i]
+		if h.Contentions < trueCount || h.Contentions-h.Error > trueCount {
+			t.Errorf("%s: estimate %d, error %d: true count %d not in [estimate-error, estimate]", h.Key, h.Contentions, h.Error, trueCount)
+		}
+	}
+	for _, s := range []*liveSketch{a.hot.liveCont, a.hot.liveWait} {
+		if len(s.ents) > hotCapacity || len(s.m) > hotCapacity {
+			t.Errorf("live sketch holds %d entries, %d map keys, want at most %d", len(s.ents), len(s.m), hotCapacity)
+		}
+	}
+}
+
+// TestHotKeyCollector checks that a key leaving the top 10 disappears from
+// the exposition at the next scrape and that __other__ holds the rest.
+func TestHotKeyCollector(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(time.Second))
+	var evs []event.Event
+	for i := 1; i <= 11; i++ {
+		evs = append(evs, contend(fmt.Sprintf("k:%02d", i), i, time.Millisecond, 0)...)
+	}
+	a.Apply(evs)
+	expo := func(keys ...string) string {
+		var b strings.Builder
+		b.WriteString("# HELP lockscope_hot_key_contentions Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.\n")
+		b.WriteString("# TYPE lockscope_hot_key_contentions gauge\n")
+		for _, k := range keys {
+			b.WriteString(k + "\n")
+		}
+		return b.String()
+	}
+	want := expo(
+		`lockscope_hot_key_contentions{class="__other__",key="__other__"} 1`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:02"} 2`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:03"} 3`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:04"} 4`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:05"} 5`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:06"} 6`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:07"} 7`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:08"} 8`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:09"} 9`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:10"} 10`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:11"} 11`,
+	)
+	if err := testutil.CollectAndCompare(a.m.hot, strings.NewReader(want)); err != nil {
+		t.Errorf("first scrape: %v", err)
+	}
+	a.Apply(contend("k:01", 20, time.Millisecond, 0)) // k:01 climbs to the top, k:02 drops out
+	want = expo(
+		`lockscope_hot_key_contentions{class="__other__",key="__other__"} 2`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:01"} 21`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:03"} 3`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:04"} 4`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:05"} 5`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:06"} 6`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:07"} 7`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:08"} 8`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:09"} 9`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:10"} 10`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:11"} 11`,
+	)
+	if err := testutil.CollectAndCompare(a.m.hot, strings.NewReader(want)); err != nil {
+		t.Errorf("second scrape: %v", err)
+	}
+	// Past the window, only the remainder series stays.
+	clk.Add(6 * time.Minute)
+	if err := testutil.CollectAndCompare(a.m.hot, strings.NewReader(expo(`lockscope_hot_key_contentions{class="__other__",key="__other__"} 0`))); err != nil {
+		t.Errorf("scrape after the window: %v", err)
+	}
+}
+
+// TestHotKeyLabels checks hostile keys become valid, distinct-or-merged
+// label values that a registry accepts.
+func TestHotKeyLabels(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(time.Second))
+	long := strings.Repeat("k", 10_000)
+	a.Apply(append(append(contend("bad:\xff", 2, 0, 0), contend("bad:\xfe", 1, 0, 0)...), contend(long, 1, 0, 0)...))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.m.hot)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather() = %v", err)
+	}
+	got := map[string]float64{}
+	for _, m := range mfs[0].GetMetric() {
+		got[labelOf(m, "key")] = m.GetGauge().GetValue()
+	}
+	// "\xff" and "\xfe" both sanitise to U+FFFD: merged into one series.
+	if got["bad:\uFFFD"] != 3 {
+		t.Errorf("hot key labels = %v, want bad:\\uFFFD = 3 (two keys merged)", got)
+	}
+	for k := range got {
+		if len(k) > maxKeyLabelLen+len("…") {
+			t.Errorf("hot key label of %d bytes, want at most %d", len(k), maxKeyLabelLen+3)
+		}
+	}
+}
