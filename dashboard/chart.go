@@ -53,6 +53,29 @@ func newSpark(values []float64, w, h int, format func(float64) string, title str
 	return sp
 }
 
+// trimSeries prepares a rate series for a sparkline. The newest point is
+// the step still in progress, whose rate reads low until the step ends, so
+// it is left out. Leading zeros before the first activity (a collector that
+// just started) are cut, keeping at least minPoints, so the line shows
+// activity rather than a flat start.
+func trimSeries(values []float64, minPoints int) []float64 {
+	if len(values) < 3 {
+		return nil
+	}
+	values = values[:len(values)-1]
+	first := len(values)
+	for i, v := range values {
+		if v != 0 {
+			first = i
+			break
+		}
+	}
+	if first == len(values) {
+		return values[max(0, len(values)-minPoints):] // all quiet: a flat line
+	}
+	return values[min(first, max(0, len(values)-minPoints)):]
+}
+
 // meter is a horizontal share bar (0..100 in a 100-wide viewBox).
 func meter(v, maxV float64) string {
 	if maxV <= 0 || v <= 0 {
@@ -226,7 +249,14 @@ const (
 	tlEventsOnTopLane = "waiters"
 )
 
-func newTimeline(events []event.Event, now time.Time) timelineView {
+// tlHolder is the current holder, drawn even when its acquisition has
+// left the ring of recent events.
+type tlHolder struct {
+	Owner, Lease string
+	Since        time.Time
+}
+
+func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timelineView {
 	v := timelineView{W: tlW}
 	if len(events) == 0 {
 		v.Empty = true
@@ -322,6 +352,12 @@ func newTimeline(events []event.Event, now time.Time) timelineView {
 			Type: e.Type.String(), Tip: tip, Glyph: glyph(e.Type),
 		})
 	}
+	if holder != nil {
+		if _, ok := holds[holder.Lease]; !ok {
+			owner, _ := displayKey(holder.Owner)
+			holds[holder.Lease] = open{ts: max(start, holder.Since.UnixNano()), lane: laneOf(holder.Owner), owner: owner}
+		}
+	}
 	for _, o := range holds {
 		closeSpan(o, end, " (still held)", true)
 	}
@@ -338,13 +374,25 @@ func newTimeline(events []event.Event, now time.Time) timelineView {
 	v.From = fmtDuration(time.Duration(end - start).Round(time.Second))
 	for i := 0; i <= 4; i++ {
 		ts := start + int64(float64(end-start)*float64(i)/4)
-		label := "-" + fmtDuration(time.Duration(end-ts).Round(time.Second))
+		label := "-" + fmtDuration(time.Duration(end-ts).Round(tickRound(time.Duration(end-start))))
 		if i == 4 {
 			label = "now"
 		}
 		v.Ticks = append(v.Ticks, tlTick{X: f1(xOf(ts)), Label: label})
 	}
 	return v
+}
+
+// tickRound is the precision of axis labels for an axis spanning span.
+func tickRound(span time.Duration) time.Duration {
+	switch {
+	case span < 10*time.Second:
+		return 100 * time.Millisecond
+	case span < 10*time.Minute:
+		return time.Second
+	default:
+		return time.Minute
+	}
 }
 
 func glyph(t event.Type) string {

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,7 +240,7 @@ func TestTimeline(t *testing.T) {
 		{Type: event.Released, Owner: "a", Lease: "L1", TS: at(-6), Hold: 4 * time.Second},
 		{Type: event.Acquired, Owner: "a", Lease: "L1", TS: at(-10)},
 	}
-	v := newTimeline(evs, now)
+	v := newTimeline(evs, now, nil)
 	if len(v.Lanes) != 3 { // failed tries, a, b
 		t.Errorf("lanes = %d, want 3", len(v.Lanes))
 	}
@@ -261,7 +262,12 @@ func TestTimeline(t *testing.T) {
 	if got := v.Ticks[len(v.Ticks)-1].Label; got != "now" {
 		t.Errorf("last tick = %q, want now", got)
 	}
-	if e := newTimeline(nil, now); !e.Empty {
+	// A holder whose acquisition left the recent events still gets its span.
+	v = newTimeline(evs[:1], now, &tlHolder{Owner: "b", Lease: "L2", Since: now.Add(-time.Hour)})
+	if len(v.Spans) != 1 || !v.Spans[0].Open || v.Spans[0].X != f1(tlLabelW) {
+		t.Errorf("holder span = %+v, want one open span from the left edge", v.Spans)
+	}
+	if e := newTimeline(nil, now, nil); !e.Empty {
 		t.Errorf("no events: timeline not empty")
 	}
 }
@@ -276,5 +282,23 @@ func TestSpark(t *testing.T) {
 	}
 	if pts := strings.Fields(sp.Line); len(pts) != 3 || pts[0] != "0.0,18.5" || pts[2] != "100.0,1.5" {
 		t.Errorf("spark points = %q, want 3 points from bottom-left to top-right", sp.Line)
+	}
+}
+
+func TestTrimSeries(t *testing.T) {
+	for _, c := range []struct {
+		in   []float64
+		min  int
+		want []float64
+	}{
+		{[]float64{1, 2}, 2, nil},
+		{[]float64{0, 0, 0, 0, 3, 4, 1}, 2, []float64{3, 4}},
+		{[]float64{0, 0, 0, 0, 3, 4, 1}, 4, []float64{0, 0, 3, 4}},
+		{[]float64{0, 0, 0, 0}, 2, []float64{0, 0}},
+		{[]float64{5, 0, 6, 9}, 2, []float64{5, 0, 6}},
+	} {
+		if got := trimSeries(c.in, c.min); !slices.Equal(got, c.want) {
+			t.Errorf("trimSeries(%v, %d) = %v, want %v", c.in, c.min, got, c.want)
+		}
 	}
 }

@@ -114,9 +114,9 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 	step := "per " + fmtDuration(o.SeriesStep)
 	v.Tiles = []statTile{
 		{ID: "acquire-rate", Label: "Acquisitions", Value: fmtRate(o.AcquireRate), Unit: "/s", Note: "last minute",
-			Href: "/keys?sort=contentions", Spark: newSpark(o.AcquireSeries, 120, 36, fmtRate, "acquisitions "+step)},
+			Href: "/keys?sort=contentions", Spark: newSpark(trimSeries(o.AcquireSeries, 12), 120, 36, fmtRate, "acquisitions "+step)},
 		{ID: "contention", Label: "Contention", Value: fmtPercent(o.ContentionRatio), Note: "had to wait or were refused",
-			Href: "/?window=1m&by=contentions#hot", Tone: contTone, Spark: newSpark(o.ContentionSeries, 120, 36, fmtRate, "contentions "+step)},
+			Href: "/?window=1m&by=contentions#hot", Tone: contTone, Spark: newSpark(trimSeries(o.ContentionSeries, 12), 120, 36, fmtRate, "contentions "+step)},
 		{ID: "wait-p99", Label: "Wait p99", Value: fmtDuration(o.WaitP99), Note: "last 5 minutes · hold p99 " + fmtDuration(o.HoldP99),
 			Href: "/?window=5m&by=wait#hot", Tone: toneIf(o.WaitP99 >= time.Second, "warn")},
 		{ID: "held", Label: "Held now", Value: fmtCount(o.Held), Note: fmtCount(o.TrackedKeys) + " keys tracked",
@@ -336,7 +336,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 }
 
 func avg(total time.Duration, n int64) string {
-	if n <= 0 {
+	if n <= 0 || total <= 0 {
 		return "—"
 	}
 	return fmtDuration(total / time.Duration(n))
@@ -391,7 +391,7 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, keyPage(s.keyView(r, key, d, known, redisHolder, note)))
 }
 
-const eventRows = 40
+const eventRows = 25
 
 func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, known bool, rh *lock.Holder, note string) keyView {
 	now := s.now()
@@ -429,15 +429,22 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 		{"Acquired", fmtCount(d.Acquisitions)},
 		{"Contentions", fmtCount(d.Contentions)},
 		{"Failed", fmtCount(d.Failures)},
-		{"Avg wait", avg(d.WaitTotal, d.Acquisitions)},
-		{"Avg hold", avg(d.HoldTotal, d.Acquisitions)},
+		{"Avg wait", avg(d.Wait.Sum, d.Wait.Count)},
+		{"Avg hold", avg(d.Hold.Sum, d.Hold.Count)},
 		{"Last event", fmtAgo(now, d.LastEvent)},
 	}
-	v.Rate = newSpark(d.AcquireSeries, 600, 56, fmtRate, "acquisitions per second")
+	v.Rate = newSpark(trimSeries(d.AcquireSeries, 12), 600, 56, fmtRate, "acquisitions per second")
 	v.RateStep = fmtDuration(d.SeriesStep)
 	v.Wait = newDist("Wait", d.Wait)
 	v.Hold = newDist("Hold", d.Hold)
-	v.Timeline = newTimeline(d.Recent, now)
+	var holder *tlHolder
+	switch {
+	case rh != nil:
+		holder = &tlHolder{Owner: rh.Owner, Lease: rh.Lease, Since: rh.Since}
+	case d.Held:
+		holder = &tlHolder{Owner: d.Owner, Lease: d.Lease, Since: d.Since}
+	}
+	v.Timeline = newTimeline(d.Recent, now, holder)
 	for _, e := range d.Recent[:min(len(d.Recent), eventRows)] {
 		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), Type: e.Type.String(), Detail: eventDetail(e)}
 		row.Owner, row.OwnerT = ownerText(e.Owner)

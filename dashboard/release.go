@@ -158,6 +158,7 @@ func (s *server) releasePage(w http.ResponseWriter, r *http.Request) {
 		v.By, v.Reason = operator, req.Reason
 		if out.previous != nil {
 			v.Previous = holderFromLock(out.previous, now)
+			v.Previous.TTL = "" // it has none left: it is gone
 		}
 	case "owner-changed":
 		v.Heading = "Owner changed — nothing touched"

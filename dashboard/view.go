@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/lockscope/lockscope/collector"
@@ -303,11 +304,12 @@ func ttlText(d time.Duration) string {
 	return fmtDuration(d.Truncate(time.Millisecond))
 }
 
+// fenceText shows a fencing token as the raw number it is compared as.
 func fenceText(f int64) string {
 	if f == 0 {
 		return ""
 	}
-	return fmtCount(f)
+	return strconv.FormatInt(f, 10)
 }
 
 func onOff(b bool) string {

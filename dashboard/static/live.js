@@ -39,7 +39,7 @@
       box.setAttribute("data-state", state);
     }
     function show() {
-      if (!enabled) { render("static page", "off"); toggle.hidden = true; select.hidden = true; return; }
+      if (!enabled) { box.hidden = true; return; } // forms and results do not refresh
       toggle.textContent = s.paused ? "Resume" : "Pause";
       toggle.setAttribute("aria-pressed", s.paused ? "true" : "false");
       render(s.paused ? "paused" : "live · " + s.interval + " s", s.paused ? "paused" : "on");

@@ -1,0 +1,332 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// chromiumPath is Debian's chromium. A missing browser fails the test: the
+// end-to-end check is part of the suite, not optional.
+const chromiumPath = "/usr/bin/chromium"
+
+// TestEndToEndBrowser runs a real contended workload through the real event
+// path (lock.Client → Emitter → Redis stream → collector → dashboard), then
+// drives headless Chromium: the overview shows the hot key, a click opens
+// its detail, and a forced release with a reason deletes the Redis key while
+// the renewing holder sees the loss. It saves docs/dashboard.png.
+func TestEndToEndBrowser(t *testing.T) {
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Fatalf("headless browser needed for the end-to-end test: %v (apt-get install chromium)", err)
+	}
+	testStart := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	// A Redis of its own, so keys need no test prefix and the screenshot
+	// shows keys as an application would name them.
+	rdb := redistest.Start(t, redistest.Options{}).Client(t)
+
+	// The real event path.
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{FlushInterval: 20 * time.Millisecond})
+	lc := lock.New(rdb, &lock.Options{Owner: "e2e", Recorder: em})
+	// The aggregator's clock is shifted into the past while a history is
+	// applied, so the overview's sparklines have ten minutes to draw; the
+	// live workload below, not this history, is what the test checks.
+	var shift atomic.Int64
+	shift.Store(int64(historyStart))
+	clock := func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
+	agg := collector.NewAggregator(collector.Config{StuckAfter: 2 * time.Second, Now: clock})
+	col := collector.New(rdb, agg, &collector.Options{Block: 100 * time.Millisecond})
+	colCtx, stopCollector := context.WithCancel(ctx)
+	colDone := make(chan error, 1)
+	go func() { colDone <- col.Run(colCtx) }()
+	defer func() {
+		stopCollector()
+		if err := <-colDone; err != nil {
+			t.Errorf("collector Run() = %v", err)
+		}
+		em.Close(context.Background())
+	}()
+
+	const token = "e2e-token"
+	h, err := New(agg, lc, &Options{Token: token, TokenOperator: "oncall-ana"})
+	if err != nil {
+		t.Fatalf("New() = %v", err)
+	}
+	ts := httptest.NewServer(h)
+	defer ts.Close()
+
+	// The workload: a holder that keeps renewing a hot key, callers that keep
+	// being refused by it, and a mix of ordinary contended work.
+	keys := []string{"invoice:1001", "invoice:1002", "cart:8f14e45f-ceea-467f-a0e6-1c2a3b4d5e6f", "report/daily/2026-03-01", "inventory:sku-448"}
+	owners := []string{"invoicer/ip-10-0-2-11/88", "cart-svc/ip-10-0-2-12/91", "reporter/ip-10-0-2-13/17"}
+	history(agg, &shift, keys, owners)
+
+	hot := "orders:hot:7731"
+	holder, err := lc.Obtain(ctx, hot, time.Second, &lock.ObtainOptions{AutoRenew: true, Owner: "billing-worker/ip-10-0-3-17/4242", Fencing: true})
+	if err != nil {
+		t.Fatalf("Obtain(%q) = %v", hot, err)
+	}
+	defer holder.Release(context.Background())
+
+	hotCtx, stopHot := context.WithCancel(ctx)
+	workCtx, stopWork := context.WithCancel(ctx)
+	var hotWG, workWG sync.WaitGroup
+	defer func() { stopHot(); stopWork(); hotWG.Wait(); workWG.Wait() }()
+	for i := range 3 {
+		hotWG.Go(func() {
+			owner := "checkout-api/ip-10-0-1-" + strconv.Itoa(20+i) + "/31"
+			for hotCtx.Err() == nil {
+				if l, _, err := lc.Try(hotCtx, hot, time.Second, &lock.ObtainOptions{Owner: owner}); err == nil {
+					l.Release(context.Background())
+				}
+				sleepCtx(hotCtx, 40*time.Millisecond)
+			}
+		})
+	}
+	for i := range 6 {
+		workWG.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			owner := owners[i%3]
+			for workCtx.Err() == nil {
+				key := keys[min(rng.IntN(8), len(keys)-1)] // skewed to the last key
+				octx, cancel := context.WithTimeout(workCtx, 250*time.Millisecond)
+				l, err := lc.Obtain(octx, key, 2*time.Second, &lock.ObtainOptions{Owner: owner, Retry: lock.LinearBackoff(5 * time.Millisecond)})
+				cancel()
+				if err == nil {
+					sleepCtx(workCtx, time.Duration(5+rng.IntN(25))*time.Millisecond)
+					l.Release(context.Background())
+				}
+				sleepCtx(workCtx, time.Duration(rng.IntN(20))*time.Millisecond)
+			}
+		})
+	}
+	// A lock whose holder died: its TTL lapses while held.
+	if _, err := lc.Obtain(ctx, "sync:tenant-42", 300*time.Millisecond, &lock.ObtainOptions{Owner: "sync-job/ip-10-0-4-9/7"}); err != nil {
+		t.Fatalf("Obtain(expiring) = %v", err)
+	}
+
+	// The browser.
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	// Start the browser before anything else uses the context: two
+	// concurrent first uses would each launch one.
+	must("start browser", chromedp.Do(bctx, chromedp.EmulateViewport(1280, 900)))
+
+	// Page errors and CSP violations fail the test.
+	var consoleMu sync.Mutex
+	var problems []string
+	console := chromedp.Console(bctx)
+	go func() {
+		for m, err := range console {
+			if err != nil {
+				return
+			}
+			if m.IsException() || m.Type == chromedp.ConsoleError || strings.Contains(m.Text, "Content Security Policy") {
+				consoleMu.Lock()
+				problems = append(problems, m.String())
+				consoleMu.Unlock()
+			}
+		}
+	}()
+
+	_, err = chromedp.Call(bctx, network.Enable, network.EnableParams{})
+	must("network.enable", err)
+	_, err = chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
+		Headers: network.Headers{"Authorization": "Bearer " + token},
+	})
+	must("set operator header", err)
+
+	// Refresh every 2 s, then open the overview and wait for the hot key.
+	must("open overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/")))
+	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`localStorage.setItem("lockscope.live", JSON.stringify({paused:false, interval:2}))`))
+	must("set refresh interval", err)
+	shownAt := time.Now()
+	must("reload overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/?window=1m&by=contentions")))
+	hotHref := keyPath(hot)
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
+		`[...document.querySelectorAll('[data-testid="hotkey-row"]')].slice(0, 3).some(r => r.querySelector('a').getAttribute('href') === `+jsString(hotHref)+`)`,
+		chromedp.WithPollingTimeout(5*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		rows, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`[...document.querySelectorAll('[data-testid="hotkey-row"]')].map(r => r.innerText).join("\n")`))
+		t.Fatalf("hot key %q not among the top 3 on the overview within 5 s: %v; rows:\n%s", hot, err, rows)
+	}
+	t.Logf("hot key shown %v after opening the overview", time.Since(shownAt).Round(time.Millisecond))
+
+	live, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("live-status").textContent`))
+	must("read live status", err)
+	if live != "live · 2 s" {
+		t.Errorf("live status = %q, want %q", live, "live · 2 s")
+	}
+
+	// Let the holder become stuck and the orphan expire, so the screenshot
+	// shows every part of the overview, then save it.
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
+		`document.querySelectorAll('[data-testid="stuck-row"]').length > 0 && document.querySelectorAll('[data-testid="expiration-row"]').length > 0`,
+		chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	must("stuck lock and expiration on the overview", err)
+	shot, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
+	must("screenshot", err)
+	must("save screenshot", os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644))
+	saveExtraShot(t, bctx, "overview")
+
+	// Click through to the key.
+	must("click hot key", chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="hotkey-row"] a[href="`+hotHref+`"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="key-title"]`)),
+	))
+	title, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`[data-testid="key-title"]`)))
+	must("read key title", err)
+	if title != hot {
+		t.Errorf("detail page title = %q, want %q", title, hot)
+	}
+	owner, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`[data-testid="holder-owner"]`)))
+	must("read holder", err)
+	if !strings.Contains(owner, "billing-worker/ip-10-0-3-17/4242") {
+		t.Errorf("detail holder = %q, want billing-worker/ip-10-0-3-17/4242", owner)
+	}
+	saveExtraShot(t, bctx, "key")
+
+	// Force-release it with a reason.
+	must("open confirmation", chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="release-link"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="release-form"]`)),
+		chromedp.SendKeys(chromedp.CSS(`[data-testid="reason"]`), "worker wedged on a dead DB connection, INC-2412"),
+	))
+	saveExtraShot(t, bctx, "confirm")
+	// The refused callers stop here, so nobody takes the key right after the release.
+	stopHot()
+	hotWG.Wait()
+	released := time.Now()
+	must("confirm release", chromedp.Do(bctx,
+		chromedp.Click(chromedp.CSS(`[data-testid="confirm-release"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`[data-testid="release-result"]`)),
+	))
+	outcome, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`[data-testid="release-result"]`), "data-outcome"))
+	must("read outcome", err)
+	if outcome.Value != "released" {
+		t.Errorf("release outcome = %q, want released", outcome.Value)
+	}
+	saveExtraShot(t, bctx, "result")
+
+	if n, err := rdb.Exists(ctx, hot).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS %q after the release = %d, %v, want 0", hot, n, err)
+	}
+	select {
+	case <-holder.Context().Done():
+		t.Logf("holder saw the loss %v after the release (err %v)", time.Since(released).Round(time.Millisecond), holder.Err())
+		if !errors.Is(holder.Err(), lock.ErrLost) {
+			t.Errorf("holder Err() = %v, want lock.ErrLost", holder.Err())
+		}
+	case <-time.After(3 * time.Second):
+		t.Errorf("holder's context not cancelled 3 s after the forced release")
+	}
+
+	if os.Getenv("LOCKSCOPE_SHOTS") != "" {
+		must("open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
+		saveExtraShot(t, bctx, "keys")
+	}
+
+	consoleMu.Lock()
+	defer consoleMu.Unlock()
+	if len(problems) > 0 {
+		t.Errorf("browser console reported problems:\n%s", strings.Join(problems, "\n"))
+	}
+	t.Logf("end-to-end test took %v", time.Since(testStart).Round(time.Millisecond))
+}
+
+// historyStart is how far back history begins.
+const historyStart = -9*time.Minute - 30*time.Second
+
+// history applies ten minutes of past activity to agg, moving its clock
+// along, and leaves the clock at the present.
+func history(agg *collector.Aggregator, shift *atomic.Int64, keys, owners []string) {
+	const step = 2 * time.Second
+	defer shift.Store(0)
+	for d, i := historyStart, 0; d < -70*time.Second; d, i = d+step, i+1 {
+		shift.Store(int64(d))
+		at := time.Now().Add(d)
+		n := 36 + int(14*math.Sin(float64(i)/14)+7*math.Sin(float64(i)/5)) // acquisitions per step, ~18/s
+		var evs []event.Event
+		for j := range max(n, 1) {
+			key, owner := keys[(i+j)%len(keys)], owners[(i*7+j)%len(owners)]
+			lease := "h-" + strconv.Itoa(i) + "-" + strconv.Itoa(j)
+			ts := at.Add(time.Duration(j) * step / time.Duration(n+1))
+			var wait time.Duration
+			if (i+j)%3 == 0 {
+				wait = time.Duration(2+(i*j)%40) * time.Millisecond
+			}
+			hold := time.Duration(5+(i*3+j*11)%60) * time.Millisecond
+			evs = append(evs,
+				event.Event{Type: event.Acquired, Key: key, Owner: owner, Lease: lease, TS: ts.UnixNano(), Wait: wait, Attempts: 1 + int(wait/(5*time.Millisecond)), TTL: 2 * time.Second},
+				event.Event{Type: event.Released, Key: key, Owner: owner, Lease: lease, TS: ts.Add(hold).UnixNano(), Hold: hold})
+		}
+		agg.Apply(evs)
+	}
+}
+
+// saveExtraShot saves a full-page screenshot into $LOCKSCOPE_SHOTS, when set,
+// for reviewing the pages' design.
+func saveExtraShot(t *testing.T, ctx context.Context, name string) {
+	dir := os.Getenv("LOCKSCOPE_SHOTS")
+	if dir == "" {
+		return
+	}
+	b, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
+}
+
+func jsString(s string) string { return strconv.Quote(s) } // keyPath output is ASCII
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
