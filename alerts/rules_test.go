@@ -1,6 +1,7 @@
 package alerts
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -198,42 +199,53 @@ func TestUnitTestsCoverEveryAlert(t *testing.T) {
 }
 
 // TestUnitTestsPinForBoundary proves the boundary cases: with any one
-// alert's "for:" a minute shorter or longer, the promtool tests must fail.
+// alert's "for:" a minute shorter or longer, its promtool tests must fail.
 func TestUnitTestsPinForBoundary(t *testing.T) {
 	orig := promqltest.ReadRules(t, rulesFile)
-	files := testFiles(t)
+	tests := map[string][]byte{}
+	for _, f := range testFiles(t) {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests[filepath.Base(f)] = b
+	}
 	for gi, g := range orig.Groups {
 		for ri, r := range g.Rules {
 			if r.Alert == "" {
 				continue
 			}
-			for _, delta := range []int{-1, +1} {
-				dir := t.TempDir()
-				mutated := cloneRules(orig)
-				mutated.Groups[gi].Rules[ri].For = strconv.Itoa(minutes(t, r.For)+delta) + "m"
-				promqltest.WriteRules(t, filepath.Join(dir, rulesFile), mutated)
-				var args []string
-				if err := os.Mkdir(filepath.Join(dir, "tests"), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				for _, f := range files {
-					b, err := os.ReadFile(f)
-					if err != nil {
+			t.Run(r.Alert, func(t *testing.T) {
+				t.Parallel()
+				for _, delta := range []int{-1, +1} {
+					// The mutated rule file in a temporary tree, with the
+					// test files that test this alert next to it.
+					dir := t.TempDir()
+					mutated := cloneRules(orig)
+					mutated.Groups[gi].Rules[ri].For = strconv.Itoa(minutes(t, r.For)+delta) + "m"
+					promqltest.WriteRules(t, filepath.Join(dir, rulesFile), mutated)
+					if err := os.Mkdir(filepath.Join(dir, "tests"), 0o755); err != nil {
 						t.Fatal(err)
 					}
-					dst := filepath.Join(dir, "tests", filepath.Base(f))
-					if err := os.WriteFile(dst, b, 0o644); err != nil {
-						t.Fatal(err)
+					args := []string{"test", "rules"}
+					for name, b := range tests {
+						if !bytes.Contains(b, []byte("alertname: "+r.Alert+"\n")) {
+							continue
+						}
+						dst := filepath.Join(dir, "tests", name)
+						if err := os.WriteFile(dst, b, 0o644); err != nil {
+							t.Fatal(err)
+						}
+						args = append(args, dst)
 					}
-					args = append(args, dst)
+					out, err := promqltest.Run(t, "", "promtool", args...)
+					if err == nil {
+						t.Errorf("%s with for: %dm instead of %s: promtool test rules passed, want a failing boundary case", r.Alert, minutes(t, r.For)+delta, r.For)
+					} else if !strings.Contains(out, "alertname: "+r.Alert+",") {
+						t.Errorf("%s with for changed: promtool failed elsewhere:\n%s", r.Alert, out)
+					}
 				}
-				out, err := promqltest.Run(t, "", "promtool", append([]string{"test", "rules"}, args...)...)
-				if err == nil {
-					t.Errorf("%s with for: %dm instead of %s: promtool test rules passed, want a failing boundary case", r.Alert, minutes(t, r.For)+delta, r.For)
-				} else if !strings.Contains(out, "alertname: "+r.Alert) {
-					t.Errorf("%s with for changed: promtool failed elsewhere:\n%s", r.Alert, out)
-				}
-			}
+			})
 		}
 	}
 }

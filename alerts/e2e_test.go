@@ -1,0 +1,412 @@
+package alerts
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/lockscope/lockscope/alerts/promqltest"
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// Test thresholds. The rules are the shipped ones with every "for:" cut to
+// testFor; the stuck threshold lives in the collector, so the test's
+// aggregator gets stuckAfter. Everything else (windows, thresholds) is as
+// shipped: the normal workload must stay under them for real.
+const (
+	testFor    = "1s"
+	stuckAfter = 2 * time.Second
+)
+
+// TestPrometheusEndToEnd runs the real chain: lock library and emitter write
+// to a real Redis stream, a real collector reads it, its registry is served
+// on /metrics, and Debian's prometheus scrapes it every second and evaluates
+// the rules. A normal contended workload keeps every Lock* alert quiet; a
+// holder that hangs while its lease auto-renews makes LockStuck fire.
+func TestPrometheusEndToEnd(t *testing.T) {
+	t.Parallel() // mostly waits on scrapes and evaluations
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	// lockscope: collector + /metrics.
+	agg := collector.NewAggregator(collector.Config{StuckAfter: stuckAfter})
+	reg := prometheus.NewRegistry()
+	if err := agg.Register(reg); err != nil {
+		t.Fatalf("Register = %v", err)
+	}
+	col := collector.New(rdb, agg, &collector.Options{Stream: stream, Consumer: "e2e", Block: 100 * time.Millisecond})
+	colDone := make(chan struct{})
+	go func() { defer close(colDone); col.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-colDone })
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	metrics := httptest.NewServer(mux)
+	t.Cleanup(metrics.Close)
+
+	prom := startPrometheus(t, metrics.Listener.Addr().String())
+
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 20 * time.Millisecond})
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		em.Close(cctx)
+	})
+
+	// Phase 1: four workers contend for four keys with short holds.
+	workCtx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var workErr error
+	var errOnce sync.Once
+	for w := range 4 {
+		c := lock.New(rdb, &lock.Options{Owner: "e2e/worker/" + strconv.Itoa(w), Recorder: em})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; workCtx.Err() == nil; i++ {
+				key := prefix + "order:" + strconv.Itoa((i+w)%4)
+				octx, ocancel := context.WithTimeout(workCtx, 2*time.Second)
+				err := c.Do(octx, key, 2*time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(5 * time.Millisecond)},
+					func(context.Context) error { time.Sleep(5 * time.Millisecond); return nil })
+				ocancel()
+				if err != nil && workCtx.Err() == nil {
+					errOnce.Do(func() { workErr = fmt.Errorf("Do(%q) = %v", key, err) })
+				}
+			}
+		}()
+	}
+	stopWorkers := func() {
+		stopWork()
+		wg.Wait()
+		if workErr != nil {
+			t.Errorf("normal workload: %v, want every obtain to succeed", workErr)
+		}
+	}
+	t.Cleanup(stopWorkers)
+
+	// Quiet until Prometheus has scraped the workload's contention and
+	// evaluated every rule on it several times.
+	start := time.Now()
+	var evaluatedAt time.Time
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, a := range prom.alerts(t, "Lock") {
+			if isLockAlert(a.Labels["alertname"]) {
+				t.Fatalf("normal workload: alert %v is %s, want every Lock* alert quiet", a.Labels, a.State)
+			}
+		}
+		if evaluatedAt.IsZero() &&
+			prom.value(t, `sum(lockscope_acquisitions_total)`) > 50 &&
+			prom.value(t, `sum(lockscope_contentions_total)`) > 0 &&
+			prom.value(t, `sum(lockscope_handoffs_total)`) > 0 {
+			evaluatedAt = time.Now()
+		}
+		if !evaluatedAt.IsZero() && prom.rulesEvaluatedAfter(t, evaluatedAt.Add(3*time.Second)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("normal workload: after %v Prometheus has acquisitions %v, contentions %v, handoffs %v; want > 50, > 0, > 0 and rules evaluated\n%s",
+				time.Since(start), prom.value(t, `sum(lockscope_acquisitions_total)`), prom.value(t, `sum(lockscope_contentions_total)`),
+				prom.value(t, `sum(lockscope_handoffs_total)`), prom.logs())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	stopWorkers()
+	t.Logf("normal workload: quiet for %v of scrapes and evaluations", time.Since(start).Round(time.Millisecond))
+
+	// Phase 2: a holder hangs while its lease keeps renewing.
+	hung := lock.New(rdb, &lock.Options{Owner: "e2e/hung", Recorder: em})
+	stuckKey := prefix + "report:7"
+	lease, err := hung.Obtain(ctx, stuckKey, time.Second, &lock.ObtainOptions{AutoRenew: true})
+	if err != nil {
+		t.Fatalf("Obtain(%q) = %v, want a lease", stuckKey, err)
+	}
+	t.Cleanup(func() { lease.Release(context.Background()) })
+	held := time.Now()
+
+	var class string
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		if d, ok := agg.Lock(stuckKey); ok && class == "" {
+			class = d.Class
+		}
+		var got []alert
+		for _, a := range prom.alerts(t, "LockStuck") {
+			if a.State == "firing" {
+				got = append(got, a)
+			}
+		}
+		if len(got) > 0 {
+			a := got[0]
+			if len(got) != 1 || a.Labels["class"] != class || a.Labels["severity"] != "critical" {
+				t.Fatalf("firing LockStuck alerts = %+v, want one for class %q with severity critical", got, class)
+			}
+			wantDesc := "1 lock(s) of class " + class + " have been held past the stuck threshold"
+			if !strings.HasPrefix(a.Annotations["description"], wantDesc) {
+				t.Errorf("LockStuck description = %q, want it to start with %q", a.Annotations["description"], wantDesc)
+			}
+			if a.Annotations["runbook_url"] != runbookBase+"lockstuck" {
+				t.Errorf("LockStuck runbook_url = %q, want %q", a.Annotations["runbook_url"], runbookBase+"lockstuck")
+			}
+			t.Logf("LockStuck firing %v after the hung holder obtained %q (stuck threshold %v, for %s)",
+				time.Since(held).Round(time.Millisecond), stuckKey, stuckAfter, testFor)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LockStuck not firing %v after a hung holder obtained %q; stuck_locks in Prometheus = %v, alerts %+v\n%s",
+				time.Since(held), stuckKey, prom.value(t, `sum(lockscope_stuck_locks)`), prom.alerts(t, ""), prom.logs())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	select {
+	case <-lease.Done():
+		t.Fatalf("hung holder's lease ended (%v), want it still renewing", lease.Err())
+	default:
+	}
+	for _, a := range prom.alerts(t, "Lock") {
+		if n := a.Labels["alertname"]; n != "LockStuck" && isLockAlert(n) {
+			t.Errorf("alert %v is %s while only LockStuck should be", a.Labels, a.State)
+		}
+	}
+}
+
+// isLockAlert reports whether name is one of the Lock* alerts about locks,
+// as opposed to the Lockscope* alerts about lockscope itself (LockscopeDown
+// is pending until the first scrape, whatever the workload).
+func isLockAlert(name string) bool {
+	return strings.HasPrefix(name, "Lock") && !strings.HasPrefix(name, "Lockscope")
+}
+
+// prometheusServer is a running Prometheus server.
+type prometheusServer struct {
+	base string
+	out  *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (p *prometheusServer) logs() string {
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	return "prometheus output:\n" + p.out.b.String()
+}
+
+// startPrometheus runs /usr/bin/prometheus on a free loopback port,
+// scraping target as job "lockscope" every second and evaluating the
+// shipped rules (with testFor) every second.
+func startPrometheus(t *testing.T, target string) *prometheusServer {
+	t.Helper()
+	bin := promqltest.Binary(t, "prometheus")
+	dir := t.TempDir()
+
+	rules := promqltest.ReadRules(t, rulesFile)
+	for gi := range rules.Groups {
+		for ri := range rules.Groups[gi].Rules {
+			if rules.Groups[gi].Rules[ri].Alert != "" {
+				rules.Groups[gi].Rules[ri].For = testFor
+			}
+		}
+	}
+	promqltest.WriteRules(t, filepath.Join(dir, "lockscope.rules.yml"), rules)
+	config := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 900ms
+  evaluation_interval: 1s
+rule_files:
+  - %s
+scrape_configs:
+  - job_name: lockscope
+    static_configs:
+      - targets: [%q]
+`, filepath.Join(dir, "lockscope.rules.yml"), target)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	out := &syncBuffer{}
+	cmd := exec.Command(bin,
+		"--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr,
+		"--log.level=warn",
+	)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	p := &prometheusServer{base: "http://" + addr, out: out}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(p.base + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("prometheus exited: %v\n%s", err, p.logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready at %s after 15s: %v\n%s", p.base, err, p.logs())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (p *prometheusServer) get(t *testing.T, path string, data any) {
+	t.Helper()
+	resp, err := http.Get(p.base + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v\n%s", path, err, p.logs())
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var env struct {
+		Status string          `json:"status"`
+		Error  string          `json:"error"`
+		Data   json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &env); err != nil || env.Status != "success" {
+		t.Fatalf("GET %s = %s %s, want status success (%v)", path, resp.Status, b, errors.Join(err, errors.New(env.Error)))
+	}
+	if err := json.Unmarshal(env.Data, data); err != nil {
+		t.Fatalf("GET %s: decode %s: %v", path, env.Data, err)
+	}
+}
+
+type alert struct {
+	Labels      map[string]string `json:"labels"`
+	Annotations map[string]string `json:"annotations"`
+	State       string            `json:"state"`
+	Value       string            `json:"value"`
+}
+
+// alerts returns the pending and firing alerts whose name starts with
+// prefix.
+func (p *prometheusServer) alerts(t *testing.T, prefix string) []alert {
+	t.Helper()
+	var data struct {
+		Alerts []alert `json:"alerts"`
+	}
+	p.get(t, "/api/v1/alerts", &data)
+	var out []alert
+	for _, a := range data.Alerts {
+		if strings.HasPrefix(a.Labels["alertname"], prefix) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// value evaluates a scalar-valued query now; an empty result is 0.
+func (p *prometheusServer) value(t *testing.T, query string) float64 {
+	t.Helper()
+	var data struct {
+		Result []struct {
+			Value [2]any `json:"value"`
+		} `json:"result"`
+	}
+	p.get(t, "/api/v1/query?query="+url.QueryEscape(query), &data)
+	if len(data.Result) == 0 {
+		return 0
+	}
+	s, _ := data.Result[0].Value[1].(string)
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		t.Fatalf("query %q value %q: %v", query, s, err)
+	}
+	return v
+}
+
+// rulesEvaluatedAfter reports whether every rule was last evaluated after
+// at, and fails t if any rule's evaluation errs (a real Prometheus catches
+// what promtool's unit tests cannot, e.g. duplicate label sets at runtime).
+func (p *prometheusServer) rulesEvaluatedAfter(t *testing.T, at time.Time) bool {
+	t.Helper()
+	var data struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Name           string    `json:"name"`
+				Health         string    `json:"health"`
+				LastError      string    `json:"lastError"`
+				LastEvaluation time.Time `json:"lastEvaluation"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	p.get(t, "/api/v1/rules", &data)
+	n, after := 0, true
+	for _, g := range data.Groups {
+		for _, r := range g.Rules {
+			n++
+			if r.Health == "err" {
+				t.Fatalf("rule %s/%s: evaluation error %s", g.Name, r.Name, r.LastError)
+			}
+			if r.LastEvaluation.Before(at) {
+				after = false
+			}
+		}
+	}
+	if want := len(promqltest.ReadRules(t, rulesFile).Groups); len(data.Groups) != want {
+		t.Fatalf("Prometheus loaded %d rule groups, want %d", len(data.Groups), want)
+	}
+	return n > 0 && after
+}
