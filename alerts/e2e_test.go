@@ -92,8 +92,8 @@ func TestPrometheusEndToEnd(t *testing.T) {
 			defer wg.Done()
 			for i := 0; workCtx.Err() == nil; i++ {
 				key := prefix + "order:" + strconv.Itoa((i+w)%4)
-				octx, ocancel := context.WithTimeout(workCtx, 2*time.Second)
-				err := c.Do(octx, key, 2*time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(5 * time.Millisecond)},
+				octx, ocancel := context.WithTimeout(workCtx, 5*time.Second)
+				err := c.Do(octx, key, 3*time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(5 * time.Millisecond)},
 					func(context.Context) error { time.Sleep(5 * time.Millisecond); return nil })
 				ocancel()
 				if err != nil && workCtx.Err() == nil {
@@ -144,7 +144,9 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	// Phase 2: a holder hangs while its lease keeps renewing.
 	hung := lock.New(rdb, &lock.Options{Owner: "e2e/hung", Recorder: em})
 	stuckKey := prefix + "report:7"
-	lease, err := hung.Obtain(ctx, stuckKey, time.Second, &lock.ObtainOptions{AutoRenew: true})
+	// A TTL comfortably longer than a renewal round trip under -race: the
+	// lease must stay held, only its hold time matters.
+	lease, err := hung.Obtain(ctx, stuckKey, 3*time.Second, &lock.ObtainOptions{AutoRenew: true})
 	if err != nil {
 		t.Fatalf("Obtain(%q) = %v, want a lease", stuckKey, err)
 	}
