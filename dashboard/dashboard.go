@@ -21,6 +21,24 @@
 //   - Every response carries a Content-Security-Policy with a per-request
 //     nonce (no inline script or style without it, no framing) and
 //     nosniff / no-referrer headers.
+//
+// Routes (DESIGN.md): GET / (overview; ?window=1m|5m|1h&by=contentions|wait),
+// GET /keys (?q=&class=&held=1&sort=contentions|wait|hold|key&order=asc&page=N),
+// GET /keys/{key}, GET /keys/{key}/release (the confirmation, operators
+// only), POST /keys/{key}/release (form: fingerprint, reason), and the JSON
+// mirror under /api/v1: overview, hotkeys (?window=&by=&n=), locks
+// (?q=&class=&held=&sort=&order=&offset=&limit=), locks/{key}, and POST
+// locks/{key}/release with {"fingerprint": "...", "reason": "..."}. Plus
+// /healthz, /readyz and /metrics.
+//
+// Keys are arbitrary bytes. In a URL a key is one path segment escaped with
+// url.PathEscape, dots escaped too ("/keys/a%2Fb%3Fc"); the router matches
+// the escaped path and decodes the segment itself. In JSON a key (or owner)
+// that is not valid UTF-8 also travels as base64 of its exact bytes in
+// "key_b64" ("owner_b64"), because a JSON string cannot carry such bytes;
+// clients read key_b64 when present, else key. In HTML every key is escaped
+// by templ, and control characters and invalid bytes are displayed as Go
+// escapes (\n, \xff) so nothing hides inside a key.
 package dashboard
 
 import (

@@ -193,11 +193,30 @@ func TestEndToEndBrowser(t *testing.T) {
 	}
 	t.Logf("hot key shown %v after opening the overview", time.Since(shownAt).Round(time.Millisecond))
 
-	live, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("live-status").textContent`))
-	must("read live status", err)
-	if live != "live · 2 s" {
-		t.Errorf("live status = %q, want %q", live, "live · 2 s")
+	// Live refresh swaps the content in place; pausing stops it and persists.
+	liveStatus := func() string {
+		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("live-status").textContent`))
+		must("read live status", err)
+		return s
 	}
+	if got := liveStatus(); got != "live · 2 s" {
+		t.Errorf("live status = %q, want %q", got, "live · 2 s")
+	}
+	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`window.__marker = document.getElementById("content")`))
+	must("mark content", err)
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("content") !== window.__marker`,
+		chromedp.WithPollingTimeout(4*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	must("content refreshed in place within 4 s", err)
+	must("pause", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
+	if got := liveStatus(); got != "paused" {
+		t.Errorf("live status after pause = %q, want paused", got)
+	}
+	stored, err := chromedp.Run(bctx, chromedp.Evaluate[string](`localStorage.getItem("lockscope.live")`))
+	must("read stored live settings", err)
+	if stored != `{"paused":true,"interval":2}` {
+		t.Errorf("stored live settings = %q, want paused with interval 2", stored)
+	}
+	must("resume", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
 
 	// Let the holder become stuck and the orphan expire, so the screenshot
 	// shows every part of the overview, then save it.
