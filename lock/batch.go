@@ -147,8 +147,7 @@ func late(rdb redis.UniversalClient, c *call) {
 	if c.script != obtainScript || c.cmd.Err() != nil {
 		return
 	}
-	res, _ := c.cmd.Slice()
-	if len(res) == 2 && res[0] == int64(1) {
+	if _, ok := c.cmd.Val().(int64); ok {
 		go releaseOrphan(rdb, c.keys[0], c.args[0].(string))
 	}
 }

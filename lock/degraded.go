@@ -22,8 +22,9 @@ func unreachable(err error) bool {
 // localLocks is the degraded-mode fallback: locks held in this process only,
 // with the same TTL semantics as Redis.
 type localLocks struct {
-	mu sync.Mutex
-	m  map[string]*localEntry
+	mu      sync.Mutex
+	m       map[string]*localEntry
+	sweepAt int // sweep expired entries when the map grows past this
 }
 
 type localEntry struct {
@@ -31,7 +32,7 @@ type localEntry struct {
 	expires time.Time
 }
 
-func newLocalLocks() *localLocks { return &localLocks{m: make(map[string]*localEntry)} }
+func newLocalLocks() *localLocks { return &localLocks{m: make(map[string]*localEntry), sweepAt: 64} }
 
 // obtain takes key for v unless a live entry holds it; then it returns that
 // holder.
@@ -41,6 +42,15 @@ func (l *localLocks) obtain(key string, v Value, ttl time.Duration) *Holder {
 	defer l.mu.Unlock()
 	if e, ok := l.m[key]; ok && now.Before(e.expires) {
 		return e.holder(key, now)
+	}
+	if len(l.m) >= l.sweepAt {
+		// Entries that expired without a Release would otherwise pile up.
+		for k, e := range l.m {
+			if !now.Before(e.expires) {
+				delete(l.m, k)
+			}
+		}
+		l.sweepAt = max(64, 2*len(l.m))
 	}
 	l.m[key] = &localEntry{v: v, expires: now.Add(ttl)}
 	return nil

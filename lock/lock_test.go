@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestMutualExclusion(t *testing.T) {
@@ -439,4 +441,78 @@ func TestConcurrentCallersShareRoundTrips(t *testing.T) {
 	if n := rdb.Keys(ctx, p+"*").Val(); len(n) != 0 {
 		t.Errorf("keys left after release: %d, want 0", len(n))
 	}
+}
+
+// TestObtainScriptIdempotent runs the obtain script twice with the same
+// token, as go-redis does when it retries a request whose reply was lost:
+// the second run must succeed, keep the fence, and not bump the counter.
+func TestObtainScriptIdempotent(t *testing.T) {
+	_, rdb, _, p := newClient(t, "")
+	ctx := context.Background()
+	key := p + "k"
+	keys := []string{key, FenceKey(key)}
+	head, tail := valueMagic+"tok|lease|", "|1|me"
+	first, err := obtainScript.Run(ctx, rdb, keys, head, tail, 1000).Int64()
+	if err != nil || first <= 0 {
+		t.Fatalf("first obtain = %d, %v, want a fence", first, err)
+	}
+	second, err := obtainScript.Run(ctx, rdb, keys, head, tail, 5000).Int64()
+	if err != nil || second != first {
+		t.Errorf("repeated obtain = %d, %v, want the same fence %d", second, err, first)
+	}
+	if pttl := rdb.PTTL(ctx, key).Val(); pttl <= time.Second {
+		t.Errorf("PTTL after repeat = %v, want the repeat's 5s TTL", pttl)
+	}
+	if c, _ := rdb.Get(ctx, FenceKey(key)).Int64(); c != first {
+		t.Errorf("fence counter = %d, want %d (not bumped by the repeat)", c, first)
+	}
+	res, err := obtainScript.Run(ctx, rdb, keys, valueMagic+"other|lease2|", tail, 1000).Slice()
+	if err != nil || len(res) != 2 {
+		t.Fatalf("obtain by another token = %v, %v, want {value, pttl}", res, err)
+	}
+}
+
+// TestAbandonedObtainIsReleased makes callers give up while their obtain
+// waits in the batcher's queue behind a slow script: the obtains still run
+// after their callers left, and must be released, not left held by nobody.
+func TestAbandonedObtainIsReleased(t *testing.T) {
+	c, rdb, _, p := newClient(t, "quitter")
+	slow := redis.NewScript(`for i = 1, 20000000 do end return 1`)
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		c.batch.run(context.Background(), slow, []string{p + "slow"})
+	}()
+	time.Sleep(20 * time.Millisecond) // the slow script is on the wire
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+			defer cancel()
+			if _, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, nil); errors.Is(err, context.DeadlineExceeded) {
+				refused.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case <-busy:
+		t.Fatal("slow script finished before the callers gave up; the test proves nothing")
+	default:
+	}
+	if n := refused.Load(); n != 20 {
+		t.Fatalf("%d of 20 queued obtains timed out, want all", n)
+	}
+	<-busy
+	eventually(t, 3*time.Second, "queued obtains sent", func() bool {
+		c.batch.mu.Lock()
+		defer c.batch.mu.Unlock()
+		return c.batch.inflight == 0
+	})
+	eventually(t, 3*time.Second, "orphaned locks released", func() bool {
+		return len(rdb.Keys(context.Background(), p+"*").Val()) == 0
+	})
 }

@@ -134,14 +134,14 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		at := time.Now()
 		var ttail [20]byte
 		tail := "|" + string(strconv.AppendInt(ttail[:0], at.UnixMilli(), 10)) + "|" + a.owner
-		var res []any
+		var res any
 		var err error
 		if h := c.local.holder(key); h != nil {
 			// A degraded lease of this process still holds the key: Redis
 			// knows nothing of it, so honour it here.
 			holder, reason, cause = h, event.ReasonHeld, nil
 		} else {
-			res, err = c.batch.run(ctx, obtainScript, a.keys, a.head, tail, a.ttlMs).Slice()
+			res, err = c.batch.run(ctx, obtainScript, a.keys, a.head, tail, a.ttlMs).Result()
 		}
 		rtt := time.Since(at)
 		if err == nil && res != nil {
@@ -208,13 +208,12 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	}
 }
 
-func parseObtain(key string, res []any) (ok bool, fence int64, h *Holder, err error) {
-	if len(res) >= 2 {
-		if n, _ := res[0].(int64); n == 1 {
-			fence, _ = res[1].(int64)
-			return true, fence, nil, nil
-		}
-		if v, pttl, err := valuePTTL(res[1:]); err == nil {
+func parseObtain(key string, res any) (ok bool, fence int64, h *Holder, err error) {
+	switch r := res.(type) {
+	case int64:
+		return true, r, nil, nil
+	case []any:
+		if v, pttl, err := valuePTTL(r); err == nil {
 			return false, 0, newHolder(key, v, pttl), nil
 		}
 	}

@@ -1,0 +1,275 @@
+package lockbench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+var (
+	srvOnce sync.Once
+	srv     *redistest.Server
+	srvErr  error
+)
+
+// server returns the redis-server all libraries share, started on first use
+// without keyspace notifications (they would tax every library alike).
+func server(tb testing.TB) *redistest.Server {
+	srvOnce.Do(func() { srv, srvErr = redistest.New(redistest.Options{Notify: "none"}) })
+	if srvErr != nil {
+		tb.Fatal(srvErr)
+	}
+	return srv
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if srv != nil {
+		srv.Close()
+	}
+	os.Exit(code)
+}
+
+const (
+	ttl      = 10 * time.Second
+	hotKeys  = 16
+	retryGap = 500 * time.Microsecond // every library waits this long between tries on a hot key
+	stream   = "lockbench:events"
+)
+
+// cycler makes one obtain + release of key; retry says whether to wait for a
+// held key.
+type cycler interface {
+	cycle(ctx context.Context, key string, retry bool) error
+	close()
+}
+
+type lib struct {
+	name string
+	new  func(rdb *redis.Client) cycler
+}
+
+var libs = []lib{
+	{"lockscope-events", newLockscope(true)},
+	{"lockscope", newLockscope(false)},
+	{"redislock", newRedislock},
+	{"redsync", newRedsync},
+}
+
+type lockscopeCycler struct {
+	c       *lock.Client
+	em      *lock.Emitter
+	once    *lock.ObtainOptions
+	waiting *lock.ObtainOptions
+}
+
+func newLockscope(events bool) func(*redis.Client) cycler {
+	return func(rdb *redis.Client) cycler {
+		c := &lockscopeCycler{
+			once:    &lock.ObtainOptions{},
+			waiting: &lock.ObtainOptions{Retry: lock.LinearBackoff(retryGap)},
+		}
+		opt := &lock.Options{Owner: "bench"}
+		if events {
+			// A real emitter writing packed batches to a stream on the same
+			// server; trimmed so a long run does not fill Redis's memory.
+			c.em = lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, MaxLen: 1000})
+			opt.Recorder = c.em
+		}
+		c.c = lock.New(rdb, opt)
+		return c
+	}
+}
+
+func (c *lockscopeCycler) cycle(ctx context.Context, key string, retry bool) error {
+	opt := c.once
+	if retry {
+		opt = c.waiting
+	}
+	l, err := c.c.Obtain(ctx, key, ttl, opt)
+	if err != nil {
+		return err
+	}
+	return l.Release(ctx)
+}
+
+func (c *lockscopeCycler) close() {
+	if c.em != nil {
+		c.em.Close(context.Background())
+	}
+}
+
+type redislockCycler struct {
+	c       *redislock.Client
+	waiting *redislock.Options
+}
+
+func newRedislock(rdb *redis.Client) cycler {
+	return &redislockCycler{c: redislock.New(rdb), waiting: &redislock.Options{RetryStrategy: redislock.LinearBackoff(retryGap)}}
+}
+
+func (c *redislockCycler) cycle(ctx context.Context, key string, retry bool) error {
+	var opt *redislock.Options
+	if retry {
+		opt = c.waiting
+	}
+	l, err := c.c.Obtain(ctx, key, ttl, opt)
+	if err != nil {
+		return err
+	}
+	return l.Release(ctx)
+}
+
+func (c *redislockCycler) close() {}
+
+type redsyncCycler struct{ rs *redsync.Redsync }
+
+func newRedsync(rdb *redis.Client) cycler { return &redsyncCycler{redsync.New(goredis.NewPool(rdb))} }
+
+func (c *redsyncCycler) cycle(ctx context.Context, key string, retry bool) error {
+	opts := []redsync.Option{redsync.WithExpiry(ttl), redsync.WithTries(1)}
+	if retry {
+		opts = []redsync.Option{redsync.WithExpiry(ttl), redsync.WithTries(1 << 30), redsync.WithRetryDelay(retryGap)}
+	}
+	m := c.rs.NewMutex(key, opts...)
+	if err := m.LockContext(ctx); err != nil {
+		return err
+	}
+	if ok, err := m.UnlockContext(ctx); !ok {
+		return fmt.Errorf("redsync unlock: %v", err)
+	}
+	return nil
+}
+
+func (c *redsyncCycler) close() {}
+
+// BenchmarkCycle measures obtain + release at 1, 8 and 64 concurrent
+// callers, each caller on its own key (unique) or all on 16 hot keys
+// (hot16, waiting with a 500µs linear retry). One op is one cycle.
+func BenchmarkCycle(b *testing.B) {
+	for _, keys := range []string{"unique", "hot16"} {
+		for _, callers := range []int{1, 8, 64} {
+			for _, l := range libs {
+				name := fmt.Sprintf("keys=%s/callers=%d/lib=%s", keys, callers, l.name)
+				b.Run(name, func(b *testing.B) { benchCycle(b, l, keys == "hot16", callers) })
+			}
+		}
+	}
+}
+
+func benchCycle(b *testing.B, l lib, hot bool, callers int) {
+	s := server(b)
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer rdb.Close()
+	c := l.new(rdb)
+	defer c.close()
+	ctx := context.Background()
+	prefix := "bench:" + l.name + ":"
+	keys := make([]string, callers)
+	for w := range keys {
+		if hot {
+			keys[w] = prefix + "hot:" + strconv.Itoa(w%hotKeys)
+		} else {
+			keys[w] = prefix + "unique:" + strconv.Itoa(w)
+		}
+	}
+	// Warm up the connections and the script cache outside the timing.
+	for _, k := range keys[:min(len(keys), hotKeys)] {
+		if err := c.cycle(ctx, k, hot); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	cpu0 := serverCPU(b, rdb)
+	b.ResetTimer()
+	start := time.Now()
+	for w := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := c.cycle(ctx, keys[w], hot); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatalf("cycle: %v", *err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+	// Redis's own CPU time per cycle does not depend on what else runs on
+	// the machine, unlike the wall-clock figures.
+	b.ReportMetric(float64((serverCPU(b, rdb)-cpu0).Nanoseconds())/float64(b.N), "server-ns/op")
+}
+
+// serverCPU returns redis-server's CPU time (user + system) so far.
+func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
+}
+
+// TestCyclesLock checks each adapter really takes and frees the lock, so the
+// benchmark compares working code.
+func TestCyclesLock(t *testing.T) {
+	s := server(t)
+	rdb := s.Client(t)
+	ctx := context.Background()
+	for _, l := range libs {
+		c := l.new(rdb)
+		key := "check:" + l.name
+		holder := lock.New(rdb, &lock.Options{Owner: "holder"})
+		held, err := holder.Obtain(ctx, key, time.Second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.cycle(ctx, key, false); err == nil {
+			t.Errorf("%s: cycle on a held key = nil, want an error", l.name)
+		}
+		go func() { time.Sleep(20 * time.Millisecond); held.Release(ctx) }()
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := c.cycle(wctx, key, true); err != nil {
+			t.Errorf("%s: waiting cycle = %v, want nil once the holder releases", l.name, err)
+		}
+		cancel()
+		if n := rdb.Exists(ctx, key).Val(); n != 0 {
+			t.Errorf("%s: key left after the cycle", l.name)
+		}
+		c.close()
+	}
+}
