@@ -17,8 +17,16 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(helperEnv); name != "" {
 		os.Exit(runHelper(name))
 	}
+	if !testing.Verbose() {
+		// go-redis logs every failed dial; the fault tests cause thousands.
+		redis.SetLogger(quietRedis{})
+	}
 	redistest.Main(m)
 }
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // testCtx returns a context that ends after d, or a little before the test
 // binary's deadline, whichever comes first, so a hung call fails the test
