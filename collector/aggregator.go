@@ -62,6 +62,8 @@ type Aggregator struct {
 	forced      forcedRing
 	intern      map[string]string
 	pendingKeys []*keyState // keys with a superseded hold awaiting its verdict
+	expiries    expiryHeap  // holds by expiry (see expiryHeap)
+	lastScan    int64 // collector time of Tick's last stuck/oldest pass
 	evMax       int64       // newest applied event time
 	evAt        int64       // collector time when evMax was applied
 	eventsTotal int64
@@ -269,7 +271,14 @@ func (a *Aggregator) keyLocked(sh *shard, key string) *keyState {
 		return k
 	}
 	if len(sh.m) >= sh.cap {
-		if v := sh.idle.back(); v != nil {
+		v := sh.idle.back()
+		if v == nil {
+			// Every key of the shard is held (holds without TTL that never
+			// end, or a flood of them): memory wins, the least recently
+			// active hold stops being tracked.
+			v = sh.held.back()
+		}
+		if v != nil {
 			a.evictLocked(sh, v)
 		}
 	}
@@ -286,6 +295,11 @@ func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
 		// Its superseded hold can no longer be followed: decide now.
 		a.resolvePendingLocked(k, true, false)
 	}
+	if k.held {
+		k.held = false
+		k.class.held--
+	}
+	k.evicted = true
 	unlink(k)
 	delete(sh.m, k.key)
 	a.tracked.Add(-1)
@@ -360,6 +374,7 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		k.expiresAt = 0
 		if k.ttl > 0 {
 			k.expiresAt = ts + int64(k.ttl)
+			a.expiries.push(k.expiresAt, k)
 		}
 		k.degraded, k.passive, k.ended = e.Degraded, e.Passive, endNone
 		if c.oldest == 0 || ts < c.oldest {
@@ -418,8 +433,11 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		c.m.renewalFailures.Inc()
 	}
 	k.lastEvent = ts
-	if !k.held {
-		unlink(k)
+	// Keep both lists in order of recent activity: eviction takes the back.
+	unlink(k)
+	if k.held {
+		sh.held.pushFront(k)
+	} else {
 		sh.idle.pushFront(k)
 	}
 	k.push(r, a.cfg.RecentEvents)
@@ -594,6 +612,7 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 		k.expiresAt = 0
 		if ttl > 0 {
 			k.expiresAt = ts + int64(ttl)
+			a.expiries.push(k.expiresAt, k)
 		}
 		k.degraded, k.passive = e.Degraded, e.Passive
 	}
@@ -651,7 +670,9 @@ func (a *Aggregator) KeyExpired(key string) {
 }
 
 // Tick declares expired the holds whose TTL lapsed more than ExpiryGrace ago
-// by the event clock, and refreshes the stuck and oldest-hold figures.
+// by the event clock, decides superseded holds whose grace has passed, and
+// (at most once a second, the thresholds being minutes) refreshes the stuck
+// and oldest-hold figures of every class.
 func (a *Aggregator) Tick() {
 	now := a.nowNS()
 	a.mu.Lock()
@@ -659,27 +680,19 @@ func (a *Aggregator) Tick() {
 	a.advanceLocked(now)
 	clock := a.eventClock(now)
 	grace := int64(a.cfg.ExpiryGrace)
-	for _, c := range a.classes {
-		c.stuck, c.oldest = 0, 0
-	}
-	for i := range a.keys.shards {
-		sh := &a.keys.shards[i]
+	for len(a.expiries) > 0 && clock > a.expiries[0].at+grace {
+		it := a.expiries.pop()
+		if !it.live() {
+			continue
+		}
+		k := it.k
+		sh := a.keys.shardOf(k.key)
 		sh.mu.Lock()
-		sh.held.each(func(k *keyState) bool {
-			if k.expiresAt > 0 && clock > k.expiresAt+grace {
-				a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "ttl")
-				return true
-			}
-			c := k.class
-			if clock-k.since > int64(c.stuckAfter) {
-				c.stuck++
-			}
-			if c.oldest == 0 || k.since < c.oldest {
-				c.oldest = k.since
-			}
-			return true
-		})
+		a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "ttl")
 		sh.mu.Unlock()
+	}
+	if len(a.expiries) > 4*int(a.tracked.Load())+4096 {
+		a.expiries.compact()
 	}
 	for i := 0; i < len(a.pendingKeys); {
 		k := a.pendingKeys[i]
@@ -691,6 +704,28 @@ func (a *Aggregator) Tick() {
 			continue
 		}
 		i++
+	}
+	if a.lastScan != 0 && now-a.lastScan < int64(time.Second) && now >= a.lastScan {
+		return
+	}
+	a.lastScan = now
+	for _, c := range a.classes {
+		c.stuck, c.oldest = 0, 0
+	}
+	for i := range a.keys.shards {
+		sh := &a.keys.shards[i]
+		sh.mu.RLock()
+		sh.held.each(func(k *keyState) bool {
+			c := k.class
+			if clock-k.since > int64(c.stuckAfter) {
+				c.stuck++
+			}
+			if c.oldest == 0 || k.since < c.oldest {
+				c.oldest = k.since
+			}
+			return true
+		})
+		sh.mu.RUnlock()
 	}
 }
 

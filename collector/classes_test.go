@@ -80,7 +80,7 @@ func TestClassRulesAndCap(t *testing.T) {
 	a, _ := newTestAggregator(t, Config{
 		MaxClasses: 3,
 		Classes: []ClassRule{
-			{Pattern: "payment:*"},                     // class is the pattern
+			{Pattern: "payment:*"}, // class is the pattern
 			{Pattern: "tenant:*:billing", Class: "billing"},
 			{Pattern: "bad:*", Class: "bad\xff\nclass"}, // sanitised
 		},

@@ -37,6 +37,7 @@ type keyState struct {
 	ttl       time.Duration
 	fence     int64
 	held      bool
+	evicted   bool
 	degraded  bool
 	passive   bool
 	ended     uint8  // how the last hold ended (end*)

@@ -1,0 +1,546 @@
+package collector
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/lockscope/lockscope/event"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+func expirations(a *Aggregator, class string) float64 {
+	return testutil.ToFloat64(a.m.expirations.WithLabelValues(class))
+}
+
+func mustLock(t *testing.T, a *Aggregator, key string) KeyDetail {
+	t.Helper()
+	d, ok := a.Lock(key)
+	if !ok {
+		t.Fatalf("Lock(%q) not found", key)
+	}
+	return d
+}
+
+func TestExpiryByTick(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	a.Apply([]event.Event{acquired("exp:1", "A", "L1", 0, 0, 1, 2*time.Second)})
+	// TTL lapses at 2 s; grace 1 s: not yet at 3 s, expired just after.
+	clk.Set(aggT0.Add(3 * time.Second))
+	a.Tick()
+	if got := expirations(a, "exp:*"); got != 0 {
+		t.Fatalf("expirations at ttl+grace = %v, want 0", got)
+	}
+	if d := mustLock(t, a, "exp:1"); !d.Held {
+		t.Errorf("Lock(exp:1).Held at ttl+grace = false, want true")
+	}
+	clk.Set(aggT0.Add(3*time.Second + time.Millisecond))
+	a.Tick()
+	a.Tick()
+	if got := expirations(a, "exp:*"); got != 1 {
+		t.Fatalf("expirations after ttl+grace = %v, want 1", got)
+	}
+	d := mustLock(t, a, "exp:1")
+	if d.Held || d.Owner != "A" || d.Recent[0].Type != event.Expired || d.Recent[0].Reason != "ttl" {
+		t.Errorf("Lock(exp:1) = held %v owner %q newest event %+v, want free, last owner A, newest an expired event", d.Held, d.Owner, d.Recent[0])
+	}
+	// A late keyspace notification confirms, never counts again.
+	a.KeyExpired("exp:1")
+	if got := expirations(a, "exp:*"); got != 1 {
+		t.Errorf("expirations after a late KeyExpired = %v, want 1", got)
+	}
+	if e := a.Expirations(1); len(e) != 1 || !e[0].Confirmed || e[0].Held != 2*time.Second {
+		t.Errorf("Expirations(1) = %+v, want one confirmed, held 2s", e)
+	}
+	if o := a.Overview(); o.Expirations5m != 1 || o.Held != 0 {
+		t.Errorf("Overview() expirations, held = %d, %d, want 1, 0", o.Expirations5m, o.Held)
+	}
+}
+
+func TestRenewalPreventsExpiry(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	a.Apply([]event.Event{acquired("ren:1", "A", "L1", 0, 0, 1, 2*time.Second)})
+	for s := 1; s <= 10; s++ {
+		at := time.Duration(s) * time.Second
+		clk.Set(aggT0.Add(at))
+		a.Apply([]event.Event{renewed("ren:1", "A", "L1", at, 2*time.Second)})
+		a.Tick()
+	}
+	if got := expirations(a, "ren:*"); got != 0 {
+		t.Fatalf("expirations with renewals = %v, want 0", got)
+	}
+	d := mustLock(t, a, "ren:1")
+	if !d.Held || !d.ExpiresAt.Equal(aggT0.Add(12*time.Second)) || d.TTL != 2*time.Second {
+		t.Errorf("Lock(ren:1) held %v expires %v ttl %v, want held, expiring at 12 s, ttl 2s", d.Held, d.ExpiresAt.Sub(aggT0), d.TTL)
+	}
+	clk.Set(aggT0.Add(13*time.Second + time.Millisecond))
+	a.Tick()
+	if got := expirations(a, "ren:*"); got != 1 {
+		t.Errorf("expirations after renewals stop = %v, want 1", got)
+	}
+}
+
+func TestKeyExpiredConfirmsAtOnce(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	a.Apply([]event.Event{acquired("ks:1", "A", "L1", 0, 0, 1, time.Minute)})
+	clk.Set(aggT0.Add(time.Second))
+	a.KeyExpired("ks:1")
+	a.KeyExpired("ks:1")
+	a.KeyExpired("ks:unknown")
+	clk.Set(aggT0.Add(2 * time.Minute))
+	a.Tick()
+	a.Apply([]event.Event{ended(event.Expired, "ks:1", "A", "L1", time.Minute, 0, "")})
+	if got := expirations(a, "ks:*"); got != 1 {
+		t.Fatalf("expirations = %v, want 1 (notification, again, Tick and an expired event are one hold)", got)
+	}
+	e := a.Expirations(10)
+	if len(e) != 1 || !e[0].Confirmed || !e[0].At.Equal(aggT0.Add(time.Second)) {
+		t.Errorf("Expirations() = %+v, want one confirmed at 1 s", e)
+	}
+}
+
+// TestExpiredThenTakenOver is the ownership-flapping case: A's TTL lapses,
+// B (waiting) takes the lock before the grace passes and B's acquisition
+// arrives before any detection. A's hold still counts as expired, once.
+func TestExpiredThenTakenOver(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	ms := time.Millisecond
+	clk.Set(aggT0.Add(1100 * ms))
+	a.Apply([]event.Event{
+		acquired("flap:1", "A", "L1", 0, 0, 1, time.Second),
+		acquired("flap:1", "B", "L2", 1050*ms, 900*ms, 5, 10*time.Second),
+	})
+	a.Tick()
+	if got := expirations(a, "flap:*"); got != 0 {
+		t.Fatalf("expirations within the grace = %v, want 0 (A may still release)", got)
+	}
+	clk.Set(aggT0.Add(2100 * ms))
+	a.Tick()
+	if got := expirations(a, "flap:*"); got != 1 {
+		t.Fatalf("expirations after the grace = %v, want 1", got)
+	}
+	// A's renewal loop notices later: no second count.
+	clk.Set(aggT0.Add(3 * time.Second))
+	a.Apply([]event.Event{ended(event.Lost, "flap:1", "A", "L1", 2500*ms, 2500*ms, event.ReasonNotOwner)})
+	a.Tick()
+	if got := expirations(a, "flap:*"); got != 1 {
+		t.Errorf("expirations after A's lost event = %v, want 1", got)
+	}
+	if e := a.Expirations(5); len(e) != 1 || e[0].Owner != "A" || e[0].Held != time.Second {
+		t.Errorf("Expirations() = %+v, want A's hold of 1s", e)
+	}
+	if d := mustLock(t, a, "flap:1"); !d.Held || d.Owner != "B" {
+		t.Errorf("Lock(flap:1) held %v by %q, want held by B", d.Held, d.Owner)
+	}
+	if got := testutil.ToFloat64(a.m.handoffs.WithLabelValues("flap:*")); got != 1 {
+		t.Errorf("handoffs = %v, want 1", got)
+	}
+}
+
+// TestReorderedHandoff: A releases, B acquires, but B's event (another
+// emitter) arrives first. Nothing expired.
+func TestReorderedHandoff(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	ms := time.Millisecond
+	clk.Set(aggT0.Add(2 * time.Second))
+	a.Apply([]event.Event{
+		acquired("ro:1", "A", "L1", 0, 0, 1, time.Second),
+		acquired("ro:1", "B", "L2", 1200*ms, 1100*ms, 3, 10*time.Second), // after A's TTL...
+		ended(event.Released, "ro:1", "A", "L1", 900*ms, 900*ms, ""),     // ...but A released in time
+	})
+	clk.Set(aggT0.Add(5 * time.Second))
+	a.Tick()
+	if got := expirations(a, "ro:*"); got != 0 {
+		t.Errorf("expirations = %v, want 0", got)
+	}
+	if got := testutil.ToFloat64(a.m.releases.WithLabelValues("ro:*", "released")); got != 1 {
+		t.Errorf("releases{released} = %v, want 1", got)
+	}
+	d := mustLock(t, a, "ro:1")
+	if !d.Held || d.Owner != "B" || d.Hold.Count != 1 || d.Hold.Sum != 900*ms {
+		t.Errorf("Lock(ro:1) held %v by %q, hold distribution %+v, want held by B, one hold of 900ms", d.Held, d.Owner, d.Hold)
+	}
+}
+
+func TestLostBeforeAndAfterTTL(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(20 * time.Second))
+	a.Apply([]event.Event{
+		acquired("lost:1", "A", "L1", 0, 0, 1, 10*time.Second),
+		ended(event.Lost, "lost:1", "A", "L1", 5*time.Second, 5*time.Second, event.ReasonNotOwner), // before its TTL: taken away
+		acquired("lost:2", "A", "L2", 0, 0, 1, 10*time.Second),
+		ended(event.Lost, "lost:2", "A", "L2", 12*time.Second, 12*time.Second, ""), // after its TTL: it expired while held
+	})
+	a.Tick()
+	if got := expirations(a, "lost:*"); got != 1 {
+		t.Errorf("expirations = %v, want 1 (lost:2 only)", got)
+	}
+	if e := a.Expirations(5); len(e) != 1 || e[0].Key != "lost:2" || !e[0].At.Equal(aggT0.Add(10*time.Second)) {
+		t.Errorf("Expirations() = %+v, want lost:2 at 10 s", e)
+	}
+	for _, k := range []string{"lost:1", "lost:2"} {
+		if d := mustLock(t, a, k); d.Held {
+			t.Errorf("Lock(%s).Held = true, want false", k)
+		}
+	}
+}
+
+func TestStuckDetection(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{
+		StuckAfter:        time.Minute,
+		StuckAfterByClass: map[string]time.Duration{"batch:*": 10 * time.Minute},
+	})
+	clk.Set(aggT0.Add(30 * time.Second))
+	a.Apply([]event.Event{
+		acquired("api:1", "A", "L1", 0, 0, 1, 0), // no TTL: never expires
+		acquired("batch:1", "B", "L2", 0, 0, 1, 0),
+		acquired("api:2", "C", "L3", 30*time.Second, 0, 1, 0),
+	})
+	clk.Set(aggT0.Add(61 * time.Second))
+	a.Tick()
+	stuck := a.Stuck()
+	if len(stuck) != 1 || stuck[0].Key != "api:1" || !stuck[0].Stuck {
+		t.Errorf("Stuck() at 61 s = %+v, want api:1 only (batch:* allows 10 m)", stuck)
+	}
+	clk.Set(aggT0.Add(11 * time.Minute))
+	a.Tick()
+	var keys []string
+	for _, l := range a.Stuck() {
+		keys = append(keys, l.Key)
+	}
+	if diff := cmp.Diff([]string{"api:1", "batch:1", "api:2"}, keys); diff != "" {
+		t.Errorf("Stuck() at 11 m, longest held first (-want +got):\n%s", diff)
+	}
+	want := `
+# HELP lockscope_stuck_locks Locks held longer than their class's stuck threshold.
+# TYPE lockscope_stuck_locks gauge
+lockscope_stuck_locks{class="api:*"} 2
+lockscope_stuck_locks{class="batch:*"} 1
+# HELP lockscope_oldest_hold_start_timestamp_seconds Unix time the oldest current hold began; absent while nothing of the class is held.
+# TYPE lockscope_oldest_hold_start_timestamp_seconds gauge
+lockscope_oldest_hold_start_timestamp_seconds{class="api:*"} ` + fmtFloat(float64(aggT0.Unix())) + `
+lockscope_oldest_hold_start_timestamp_seconds{class="batch:*"} ` + fmtFloat(float64(aggT0.Unix())) + `
+`
+	if err := testutil.CollectAndCompare(a.m.state, strings.NewReader(want), "lockscope_stuck_locks", "lockscope_oldest_hold_start_timestamp_seconds"); err != nil {
+		t.Error(err)
+	}
+	if o := a.Overview(); o.Stuck != 3 || o.Held != 3 {
+		t.Errorf("Overview() stuck, held = %d, %d, want 3, 3", o.Stuck, o.Held)
+	}
+	// Releasing ends stuckness at once in queries and at the next Tick in metrics.
+	a.Apply([]event.Event{ended(event.Released, "api:1", "A", "L1", 11*time.Minute, 0, "")})
+	if got := len(a.Stuck()); got != 2 {
+		t.Errorf("len(Stuck()) after a release = %d, want 2", got)
+	}
+}
+
+// TestEventClockDuringBacklog: a collector replaying old events must not
+// declare holds expired that later events renew.
+func TestEventClockDuringBacklog(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(time.Hour)) // the collector is an hour behind the events it reads
+	a.Apply([]event.Event{acquired("bl:1", "A", "L1", 0, 0, 1, 3*time.Second)})
+	for s := 1; s <= 20; s++ {
+		clk.Add(100 * time.Millisecond) // replay runs fast
+		a.Tick()
+		a.Apply([]event.Event{renewed("bl:1", "A", "L1", time.Duration(s)*time.Second, 3*time.Second)})
+	}
+	a.Tick()
+	if got := expirations(a, "bl:*"); got != 0 {
+		t.Errorf("expirations while replaying a backlog = %v, want 0", got)
+	}
+	clk.Add(5 * time.Second) // caught up, then silence: the event clock runs on
+	a.Tick()
+	if got := expirations(a, "bl:*"); got != 1 {
+		t.Errorf("expirations after renewals stop = %v, want 1", got)
+	}
+}
+
+func TestNotOwnerAndForced(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(10 * time.Second))
+	f := ended(event.Forced, "f:1", "A", "L1", 5*time.Second, 0, "deadlock")
+	f.By = "alice"
+	a.Apply([]event.Event{
+		acquired("f:1", "A", "L1", 0, 0, 1, time.Minute),
+		f,
+		ended(event.Released, "f:1", "A", "L1", 6*time.Second, 6*time.Second, event.ReasonNotOwner),
+	})
+	d := mustLock(t, a, "f:1")
+	if d.Held || d.Hold.Count != 1 || d.Hold.Sum != 5*time.Second {
+		t.Errorf("Lock(f:1) held %v, hold %+v, want free with one 5s hold (the not_owner release adds none)", d.Held, d.Hold)
+	}
+	if got := testutil.ToFloat64(a.m.releases.WithLabelValues("f:*", event.ReasonNotOwner)); got != 1 {
+		t.Errorf("releases{not_owner} = %v, want 1", got)
+	}
+	fr := a.ForcedReleases(0)
+	if len(fr) != 1 || fr[0].Held != 5*time.Second || fr[0].By != "alice" || fr[0].Reason != "deadlock" {
+		t.Errorf("ForcedReleases(0) = %+v, want one by alice held 5s", fr)
+	}
+	clk.Set(aggT0.Add(2 * time.Minute))
+	a.Tick()
+	if got := expirations(a, "f:*"); got != 0 {
+		t.Errorf("expirations of a forced-released hold = %v, want 0", got)
+	}
+}
+
+func TestHandoffs(t *testing.T) {
+	a, _ := newTestAggregator(t, Config{})
+	var evs []event.Event
+	owners := []string{"A", "A", "B", "A", "A", "C"} // handoffs: A->B, B->A, A->C
+	for i, o := range owners {
+		at := time.Duration(i) * time.Second
+		lease := fmt.Sprint("L", i)
+		evs = append(evs, acquired("h:1", o, lease, at, 0, 1, time.Minute), ended(event.Released, "h:1", o, lease, at+time.Millisecond, time.Millisecond, ""))
+	}
+	a.Apply(evs)
+	if got := testutil.ToFloat64(a.m.handoffs.WithLabelValues("h:*")); got != 3 {
+		t.Errorf("handoffs = %v, want 3", got)
+	}
+}
+
+func TestLockDetailAndQueries(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{RecentEvents: 4})
+	ms := time.Millisecond
+	clk.Set(aggT0.Add(5 * time.Second))
+	fenced := acquired("d:1", "A", "L9", 3*time.Second, 700*ms, 4, 30*time.Second)
+	fenced.Fence = 42
+	fenced.Degraded = true
+	a.Apply([]event.Event{
+		acquired("d:1", "A", "L1", 0, 2*ms, 1, 30*time.Second),
+		ended(event.Released, "d:1", "A", "L1", time.Second, time.Second, ""),
+		failed("d:1", "B", 1100*ms, 20*ms, 1, event.ReasonHeld),
+		acquired("d:1", "B", "L2", 1200*ms, 60*ms, 2, 30*time.Second),
+		ended(event.Released, "d:1", "B", "L2", 2*time.Second, 800*ms, ""),
+		fenced,
+		acquired("e:1", "Z", "L3", 0, 0, 1, 0),
+	})
+	d := mustLock(t, a, "d:1")
+	wantInfo := LockInfo{
+		Key: "d:1", Class: "d:*", Held: true, Owner: "A", Lease: "L9", Since: aggT0.Add(3 * time.Second),
+		TTL: 30 * time.Second, ExpiresAt: aggT0.Add(33 * time.Second), Fence: 42, Degraded: true,
+		Acquisitions: 3, Contentions: 3, Failures: 1, WaitTotal: 782 * ms, HoldTotal: 1800 * ms,
+		LastEvent: aggT0.Add(3 * time.Second),
+	}
+	if diff := cmp.Diff(wantInfo, d.LockInfo); diff != "" {
+		t.Errorf("Lock(d:1) info (-want +got):\n%s", diff)
+	}
+	var types []string
+	for _, e := range d.Recent {
+		types = append(types, e.Type.String()+"/"+e.Owner)
+		if e.Key != "d:1" {
+			t.Errorf("recent event key = %q, want d:1", e.Key)
+		}
+	}
+	if diff := cmp.Diff([]string{"acquired/A", "released/B", "acquired/B", "failed/B"}, types); diff != "" {
+		t.Errorf("Lock(d:1).Recent newest first, ring of 4 (-want +got):\n%s", diff)
+	}
+	if d.Recent[0].Fence != 42 || d.Recent[0].Wait != 700*ms || d.Recent[0].TTL != 30*time.Second || d.Recent[0].Attempts != 4 {
+		t.Errorf("Lock(d:1).Recent[0] = %+v, want fence 42, wait 700ms, ttl 30s, 4 attempts", d.Recent[0])
+	}
+	// Waits: 2ms, 20ms, 60ms, 700ms -> buckets <=5ms, <=50ms, <=100ms, <=1s.
+	wantWait := []int64{0, 1, 0, 1, 1, 0, 1, 0, 0, 0, 0, 0, 0}
+	if diff := cmp.Diff(wantWait, d.Wait.Counts); diff != "" || d.Wait.Count != 4 || len(d.Wait.Bounds) != 12 {
+		t.Errorf("Lock(d:1).Wait = %+v (-want +got counts):\n%s", d.Wait, diff)
+	}
+	if n := len(d.AcquireSeries); n != keySeriesLen || d.AcquireSeries[n-1] != 0.3 {
+		t.Errorf("Lock(d:1).AcquireSeries = %v, want %d points ending at 0.3/s", d.AcquireSeries, keySeriesLen)
+	}
+
+	page := a.Locks(LockQuery{})
+	if page.Total != 2 || len(page.Locks) != 2 || page.Locks[0].Key != "d:1" {
+		t.Errorf("Locks({}) = %d of %d, first %q, want d:1 (most contended) first of 2", len(page.Locks), page.Total, page.Locks[0].Key)
+	}
+	if p := a.Locks(LockQuery{Search: "Z"}); p.Total != 1 || p.Locks[0].Key != "e:1" {
+		t.Errorf("Locks(search owner Z) = %+v, want e:1", p)
+	}
+	if p := a.Locks(LockQuery{Class: "e:*", HeldOnly: true}); p.Total != 1 {
+		t.Errorf("Locks(class e:*, held) total = %d, want 1", p.Total)
+	}
+	if _, ok := a.Lock("missing"); ok {
+		t.Errorf("Lock(missing) ok = true, want false")
+	}
+	if got := a.Classes(); fmt.Sprint(got) != "[d:* e:*]" {
+		t.Errorf("Classes() = %v, want [d:* e:*]", got)
+	}
+	o := a.Overview()
+	if o.EventsTotal != 7 || o.Held != 2 || o.TrackedKeys != 2 || o.Failures5m != 1 || len(o.AcquireSeries) != overviewSeriesLen ||
+		o.SeriesStep != seriesStep || o.AcquireSeries[overviewSeriesLen-1] != 0.4 {
+		t.Errorf("Overview() = %+v", o)
+	}
+	// 4 acquisitions + 1 refused try; 3 contentions (2 with retries + 1 refused).
+	if o.ContentionRatio != 3.0/5 || o.WaitP99 != time.Second || o.HoldP99 != time.Second {
+		t.Errorf("Overview() contention ratio %v, wait p99 %v, hold p99 %v, want 0.6, 1s, 1s", o.ContentionRatio, o.WaitP99, o.HoldP99)
+	}
+	if want := 4 / 55.0; o.AcquireRate < want-1e-9 || o.AcquireRate > want+1e-9 {
+		t.Errorf("Overview().AcquireRate = %v, want %v (4 over the 55 s covered)", o.AcquireRate, want)
+	}
+}
+
+func TestLocksPaging(t *testing.T) {
+	a, _ := newTestAggregator(t, Config{})
+	var evs []event.Event
+	for i := range 120 {
+		key := fmt.Sprintf("p:%03d", i)
+		evs = append(evs, contend(key, i%7, time.Duration(i)*time.Millisecond, 0)...)
+		evs = append(evs, acquired(key, "o", "l", 0, time.Duration(i)*time.Millisecond, 1, time.Minute))
+	}
+	a.Apply(evs)
+	var all []string
+	for off := 0; ; off += 25 {
+		p := a.Locks(LockQuery{Sort: SortKey, Offset: off, Limit: 25})
+		if p.Total != 120 {
+			t.Fatalf("Locks(offset %d).Total = %d, want 120", off, p.Total)
+		}
+		if len(p.Locks) == 0 {
+			break
+		}
+		for _, l := range p.Locks {
+			all = append(all, l.Key)
+		}
+	}
+	if len(all) != 120 || all[0] != "p:000" || all[119] != "p:119" {
+		t.Errorf("paging by key gave %d keys from %q to %q, want 120 from p:000 to p:119", len(all), all[0], all[len(all)-1])
+	}
+	desc := a.Locks(LockQuery{Sort: SortWait, Limit: 3})
+	asc := a.Locks(LockQuery{Sort: SortWait, Limit: 3, Asc: true})
+	// Total wait of p:i is (i%7 + 1) * i ms: largest for p:118, smallest p:000.
+	if desc.Locks[0].Key != "p:118" || asc.Locks[0].Key != "p:000" {
+		t.Errorf("Locks(sort wait) first = %q desc, %q asc, want p:118, p:000", desc.Locks[0].Key, asc.Locks[0].Key)
+	}
+	// Most contended: i%7 == 6, ties broken by key.
+	top := a.Locks(LockQuery{Limit: 2})
+	if top.Locks[0].Key != "p:006" || top.Locks[1].Key != "p:013" {
+		t.Errorf("Locks(default) first two = %q, %q, want p:006, p:013", top.Locks[0].Key, top.Locks[1].Key)
+	}
+	if p := a.Locks(LockQuery{Limit: 10_000}); len(p.Locks) != 120 {
+		t.Errorf("Locks(limit 10000) = %d locks, want all 120 (limit capped at 500)", len(p.Locks))
+	}
+}
+
+// TestEvictionBoundsKeys streams 1 M distinct keys through and checks that
+// tracked keys stay within MaxKeys and the heap stays within a fixed bound.
+func TestEvictionBoundsKeys(t *testing.T) {
+	const maxKeys = 20_000
+	a, clk := newTestAggregator(t, Config{MaxKeys: maxKeys})
+	// A key held and renewed all along must survive eviction.
+	a.Apply([]event.Event{acquired("keep:1", "A", "L", 0, 0, 1, time.Minute)})
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	batch := make([]event.Event, 1000)
+	stream := func(from, to int) {
+		for i := from; i < to; i += len(batch) {
+			for j := range batch {
+				n := i + j
+				key := fmt.Sprintf("tenant-%d:job:%d", n%500, n)
+				switch {
+				case n%8 == 0:
+					// Held without a TTL, never released: only eviction
+					// of held keys bounds these.
+					batch[j] = acquired(key, "owner", "lease", 0, time.Millisecond, 1+n%3, 0)
+				case n%2 == 0:
+					batch[j] = acquired(key, "owner", "lease", 0, time.Millisecond, 1+n%3, 30*time.Second)
+				default:
+					batch[j] = failed(key, "owner", 0, time.Millisecond, 1, event.ReasonHeld)
+				}
+				batch[j].TS = clk.Now().UnixNano()
+			}
+			a.Apply(batch)
+			a.Apply([]event.Event{renewed("keep:1", "A", "L", clk.Now().Sub(aggT0), time.Minute)})
+			clk.Add(20 * time.Second) // the first 200k keys already fill an hour of hot-key buckets
+			a.Tick()
+		}
+	}
+	before := heap()
+	stream(0, 200_000)
+	mid := heap()
+	stream(200_000, 1_000_000)
+	after := heap()
+	if n := a.tracked.Load(); n > maxKeys {
+		t.Errorf("tracked keys = %d, want at most %d", n, maxKeys)
+	}
+	if _, ok := a.Lock("keep:1"); !ok {
+		t.Errorf("held key keep:1 was evicted")
+	}
+	if got := len(a.Classes()); got > DefaultMaxClasses+1 {
+		t.Errorf("classes = %d, want at most %d", got, DefaultMaxClasses+1)
+	}
+	growth := int64(after) - int64(mid)
+	t.Logf("heap: before %d MB, after 200k keys %d MB, after 1M keys %d MB", before>>20, mid>>20, after>>20)
+	if growth > 8<<20 {
+		t.Errorf("heap grew %d MB between 200k and 1M distinct keys, want under 8 MB (bounded state)", growth>>20)
+	}
+	if total := int64(after) - int64(before); total > 96<<20 {
+		t.Errorf("heap grew %d MB for %d tracked keys, want under 96 MB", total>>20, maxKeys)
+	}
+}
+
+// TestConcurrentQueries runs ingestion in one goroutine and every query in
+// others; run with -race.
+func TestConcurrentQueries(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{MaxKeys: 2000})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				switch (i + g) % 8 {
+				case 0:
+					a.Overview()
+				case 1:
+					a.HotKeys(Windows[i%3], ByWait, 10)
+				case 2:
+					a.Locks(LockQuery{Search: "1", Sort: SortHold, Limit: 20})
+				case 3:
+					a.Lock(fmt.Sprintf("c:%d", i%3000))
+				case 4:
+					a.Stuck()
+				case 5:
+					a.Expirations(5)
+					a.ForcedReleases(5)
+				case 6:
+					a.Classes()
+					a.Health()
+				case 7:
+					if _, err := testutil.CollectAndCount(collectorsOf(a)), error(nil); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	for i := range 20_000 {
+		key := fmt.Sprintf("c:%d", i%3000)
+		lease := fmt.Sprint(i)
+		at := time.Duration(i) * time.Millisecond
+		clk.Set(aggT0.Add(at))
+		a.Apply([]event.Event{acquired(key, "o", lease, at, time.Millisecond, 1+i%2, 50*time.Millisecond)})
+		if i%3 == 0 {
+			a.Apply([]event.Event{ended(event.Released, key, "o", lease, at, time.Millisecond, "")})
+		}
+		if i%100 == 0 {
+			a.Tick()
+			a.KeyExpired(key)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if o := a.Overview(); o.EventsTotal != 20_000+6667 {
+		t.Errorf("EventsTotal = %d, want %d", o.EventsTotal, 20_000+6667)
+	}
+}
