@@ -63,7 +63,7 @@ type Aggregator struct {
 	intern      map[string]string
 	pendingKeys []*keyState // keys with a superseded hold awaiting its verdict
 	expiries    expiryHeap  // holds by expiry (see expiryHeap)
-	lastScan    int64 // collector time of Tick's last stuck/oldest pass
+	lastScan    int64       // collector time of Tick's last stuck/oldest pass
 	evMax       int64       // newest applied event time
 	evAt        int64       // collector time when evMax was applied
 	eventsTotal int64
