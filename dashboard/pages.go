@@ -146,7 +146,7 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 	}
 	for i, h := range hot {
 		row := hotRow{
-			Rank: i + 1, Key: newKeyCell(h.Key), Class: h.Class,
+			Rank: i + 1, Key: newKeyCell(h.Key), Class: classText(h.Class),
 			Contentions: fmtCount(h.Contentions), Wait: fmtDuration(h.Wait), Acquisitions: fmtCount(h.Acquisitions),
 			Bar: meter(rankValue(h, by), top),
 		}
@@ -319,7 +319,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 	}
 	for _, l := range res.Locks {
 		row := lockRow{
-			Key: newKeyCell(l.Key), Class: l.Class, Held: l.Held, Stuck: l.Stuck, Passive: l.Passive,
+			Key: newKeyCell(l.Key), Class: classText(l.Class), Held: l.Held, Stuck: l.Stuck, Passive: l.Passive,
 			Waiters: fmtCount(l.Waiters), Acquisitions: fmtCount(l.Acquisitions), Contentions: fmtCount(l.Contentions),
 			WaitAvg: avg(l.WaitTotal, l.Acquisitions), HoldAvg: avg(l.HoldTotal, l.Acquisitions),
 			LastEvent: fmtAgo(now, l.LastEvent), HeldFor: "—",
@@ -399,7 +399,7 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 		Page:        s.page(r, "Key", "keys"),
 		Key:         newKeyCell(key),
 		Bytes:       fmtCount(len(key)) + " bytes",
-		Class:       d.Class,
+		Class:       classText(d.Class),
 		Known:       known,
 		RedisNote:   note,
 		ReleaseHref: releasePath(key),

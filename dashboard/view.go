@@ -56,6 +56,13 @@ func newKeyCell(key string) keyCell {
 	return keyCell{Href: keyPath(key), Text: shortKey(disp, keyCellMax), Full: disp, Escaped: esc}
 }
 
+// classText shows a class name, which is derived from raw keys and so may
+// hold any byte, the way keys are shown.
+func classText(class string) string {
+	disp, _ := displayKey(class)
+	return shortKey(disp, 120)
+}
+
 func ownerText(owner string) (short, full string) {
 	disp, _ := displayKey(owner)
 	return shortKey(disp, 48), disp
