@@ -122,8 +122,9 @@ type Collector struct {
 	opt Options
 	log *slog.Logger
 
-	running atomic.Bool
-	gaps    gapTracker
+	running     atomic.Bool
+	noInfoShown atomic.Bool
+	gaps        gapTracker
 
 	// Written by the applier, read by the fetcher when it must recreate
 	// the group.

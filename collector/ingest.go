@@ -152,11 +152,21 @@ func (c *Collector) describe(err error) error {
 // setup makes sure the group exists and checks for a gap before reading.
 func (c *Collector) setup(ctx context.Context) error {
 	si, groups, err := c.inspect(ctx)
-	if err != nil {
+	var rerr redis.Error
+	switch {
+	case err == nil:
+		if _, ok := groups[c.opt.Group]; ok {
+			return nil
+		}
+	case errors.As(err, &rerr):
+		// XINFO refused (an ACL without it): create the group blindly,
+		// BUSYGROUP says it exists. Lag and gaps go unreported.
+		if !c.noInfoShown.Swap(true) {
+			c.log.Warn("XINFO refused: stream lag and trimmed-entry detection are off (grant +xinfo to the collector's user)", "err", err)
+		}
+		si = &streamInfo{unknown: true}
+	default:
 		return err
-	}
-	if _, ok := groups[c.opt.Group]; ok {
-		return nil
 	}
 	start, err := c.startID(ctx, si)
 	if err != nil {
@@ -187,7 +197,7 @@ func (c *Collector) startID(ctx context.Context, si *streamInfo) (string, error)
 	last := c.lastApplied
 	c.mu.Unlock()
 	if last != "" {
-		if si == nil || idLess(si.lastGenerated, last) {
+		if si == nil || !si.unknown && idLess(si.lastGenerated, last) {
 			return "0", nil
 		}
 		return last, nil
@@ -196,6 +206,10 @@ func (c *Collector) startID(ctx context.Context, si *streamInfo) (string, error)
 		return "$", nil
 	}
 	now, err := c.rdb.Time(ctx).Result()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		now, err = time.Now(), nil // TIME refused: the local clock is close enough
+	}
 	if err != nil {
 		return "", err
 	}
@@ -315,12 +329,7 @@ func (a *applier) apply(b batch) {
 			a.malformed.note(c.log, m.ID, err)
 		}
 	}
-	if len(a.evs) > 0 {
-		c.agg.Apply(a.evs)
-		c.applied.Add(int64(len(a.evs)))
-		// Drop references into the entries so they can be collected.
-		clear(a.evs)
-	}
+	a.flush()
 	if bad > 0 {
 		c.agg.Malformed(bad)
 	}
@@ -336,6 +345,17 @@ func (a *applier) apply(b batch) {
 	c.mu.Unlock()
 	a.ack(a.ids)
 	a.malformed.flushIfDue(c.log)
+}
+
+func (a *applier) flush() {
+	if len(a.evs) == 0 {
+		return
+	}
+	a.c.agg.Apply(a.evs)
+	a.c.applied.Add(int64(len(a.evs)))
+	// Drop references into the entries so they can be collected.
+	clear(a.evs)
+	a.evs = a.evs[:0]
 }
 
 // ack acknowledges ids together with earlier failed acknowledgements.

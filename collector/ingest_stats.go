@@ -31,6 +31,7 @@ type streamInfo struct {
 	hasCounters   bool // entries-added present: Redis >= 7.0 (not miniredis)
 	lastGenerated string
 	firstID       string // "" when the stream is empty
+	unknown       bool   // XINFO was refused: nothing above is known
 }
 
 type groupInfo struct {

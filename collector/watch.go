@@ -280,9 +280,9 @@ func (w *nodeWatcher) refused(err error, cur, need string) {
 	if len(w.patterns) > 0 {
 		what += " and passive watch of " + strings.Join(w.patterns, ", ")
 	}
-	w.c.log.Warn(fmt.Sprintf("keyspace notifications: cannot set notify-keyspace-events (%v). "+
-		"For %s configure the server with notify-keyspace-events including %q, e.g. `notify-keyspace-events %s` in redis.conf "+
-		"or your provider's parameter group. Until then expirations are detected from TTLs alone and watched keys are not followed.",
+	w.c.log.Warn(fmt.Sprintf("keyspace notifications: cannot read or set notify-keyspace-events (%v). "+
+		"For %s the server's notify-keyspace-events must include %q: unless it already does, set e.g. `notify-keyspace-events %s` in redis.conf "+
+		"or your provider's parameter group. Without it expirations are detected from TTLs alone and watched keys are not followed.",
 		err, what, need, want), "need", need, "current", cur)
 }
 

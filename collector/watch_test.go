@@ -187,7 +187,7 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 	c := startCollector(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
 	waitSynced(t, c, 1)
 
-	lines := logs.lines("cannot set notify-keyspace-events")
+	lines := logs.lines("cannot read or set notify-keyspace-events")
 	if len(lines) != 1 || !strings.Contains(lines[0], "NOPERM") || !strings.Contains(lines[0], `need=ExK$g`) || !strings.Contains(lines[0], "notify-keyspace-events ExK$g`") {
 		t.Errorf("refusal log = %q, want one line naming the error and the flags ExK$g to configure", lines)
 	}

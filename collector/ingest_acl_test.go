@@ -1,0 +1,58 @@
+package collector
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// collectorACL is the least a collector needs (documented in the report and
+// README): its stream, its group, the expired keyevent channel, and for the
+// passive watch of lock:* the keyspace channel plus read access to those keys.
+var collectorACL = []any{
+	"resetkeys", "~lockscope:events", "%R~lock:*",
+	"resetchannels", "&__keyevent@0__:expired", "&__keyspace@0__:lock:*",
+	"-@all", "+xreadgroup", "+xack", "+xautoclaim", "+xinfo|stream", "+xinfo|groups", "+xgroup|create",
+	"+time", "+info", "+ping", "+psubscribe", "+punsubscribe", "+get", "+pttl", "+scan",
+}
+
+func TestLeastPrivilegeACL(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Notify: "KEA"})
+	admin := srv.Client(t)
+	ctx := context.Background()
+	args := append([]any{"ACL", "SETUSER", "collector", "on", ">secret"}, collectorACL...)
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "collector", Password: "secret"})
+	t.Cleanup(func() { rdb.Close() })
+
+	var logs logBuffer
+	agg, reg := testAgg(t, Config{})
+	c := startCollector(t, rdb, agg, &Options{Watch: []string{"lock:*"}, Logger: logs.logger()})
+	xaddPacked(t, admin, event.DefaultStream, lockEvents([]string{"app:1", "app:2"}, 10, time.Now()))
+	waitFor(t, "events applied", func() bool { return eventsTotal(agg) >= 40 })
+	waitSynced(t, c, 1)
+	if err := admin.SetNX(ctx, "lock:x", "tok", 100*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "passive lock expiry confirmed", func() bool {
+		ex := agg.Expirations(1)
+		return len(ex) == 1 && ex[0].Key == "lock:x" && ex[0].Confirmed
+	})
+	waitFor(t, "nothing pending", func() bool { return pendingCount(t, admin, event.DefaultStream, DefaultGroup) == 0 })
+	if got := eventsTotal(agg); got != 41 {
+		t.Errorf("EventsTotal = %d, want 41", got)
+	}
+	if got := metric(t, reg, "lockscope_acquisitions_total"); got != 21 {
+		t.Errorf("lockscope_acquisitions_total = %v, want 21", got)
+	}
+	if err := agg.Health(); err != nil {
+		t.Errorf("Health() = %v, want nil", err)
+	}
+}
