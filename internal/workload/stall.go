@@ -74,6 +74,13 @@ func stalled(rdb redis.UniversalClient, s *stall) redis.UniversalClient {
 	case *redis.Client:
 		o := *r.Options()
 		o.PoolSize = 4
+		// Per-client state the copy must not share with rdb.
+		o.PushNotificationProcessor = nil
+		o.ClientSideCache = nil
+		if m := o.MaintNotificationsConfig; m != nil {
+			mc := *m
+			o.MaintNotificationsConfig = &mc
+		}
 		c = redis.NewClient(&o)
 	case *redis.ClusterClient:
 		o := *r.Options()

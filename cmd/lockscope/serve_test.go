@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// totals parses the key=value counters of the line of out starting with
+// prefix ("total:", "events:").
+func totals(t *testing.T, out, prefix string) map[string]int64 {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		m := map[string]int64{}
+		for _, kv := range strings.Fields(rest) {
+			k, v, _ := strings.Cut(kv, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatalf("line %q: %s is not a count", line, kv)
+			}
+			m[k] = n
+		}
+		return m
+	}
+	t.Fatalf("no %q line in output:\n%s", prefix, out)
+	return nil
+}
+
+// metricSum adds up every sample of the metric name in a Prometheus text
+// exposition.
+func metricSum(body, name string) (float64, bool) {
+	sum, found := 0.0, false
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			continue
+		}
+		sum, found = sum+v, true
+	}
+	return sum, found
+}
+
+type overview struct {
+	AcquireRate float64 `json:"acquire_rate"`
+	EventsTotal int64   `json:"events_total"`
+	TrackedKeys int     `json:"tracked_keys"`
+	Ingesting   bool    `json:"ingesting"`
+}
+
+func getOverview(base string) (overview, error) {
+	var o overview
+	code, body, err := get(context.Background(), base+"/api/v1/overview")
+	if err != nil {
+		return o, err
+	}
+	if code != 200 {
+		return o, fmt.Errorf("GET /api/v1/overview: %d %s", code, body)
+	}
+	return o, json.Unmarshal([]byte(body), &o)
+}
+
+var rateLine = regexp.MustCompile(`(?m)^\s*\d+(\.\d+)?m?s\s+attempts=\d+\.\d/s acquired=\d+\.\d/s refused=`)
+
+func TestServeShowsLoad(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	addr := freeAddr(t)
+	base := "http://" + addr
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=load:events"}
+	serve := start(t, append(env, "LOCKSCOPE_LISTEN="+addr), "serve")
+	eventually(t, 15*time.Second, func() string {
+		code, body, err := get(context.Background(), base+"/readyz")
+		if err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d %q, %v; want 200", code, body, err)
+		}
+		return ""
+	})
+
+	stdout, stderr, code := lockscope(t, env, "", "load", "--duration", "3s", "--rate", "150", "--concurrency", "8",
+		"--speed", "10", "--report-every", "1s")
+	if code != 0 {
+		t.Fatalf("lockscope load: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if n := len(rateLine.FindAllString(stdout, -1)); n < 2 {
+		t.Errorf("load printed %d rate lines, want at least 2:\n%s", n, stdout)
+	}
+	tot, evs := totals(t, stdout, "total:"), totals(t, stdout, "events:")
+	if tot["acquired"] < 100 || evs["dropped"] != 0 || evs["sent"] != evs["recorded"] {
+		t.Fatalf("load totals %v, events %v: want >= 100 acquired and every event sent", tot, evs)
+	}
+
+	// The collector counts exactly what the load did.
+	eventually(t, 15*time.Second, func() string {
+		_, body, err := get(context.Background(), base+"/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		acq, _ := metricSum(body, "lockscope_acquisitions_total")
+		ev, _ := metricSum(body, "lockscope_events_total")
+		if int64(acq) != tot["acquired"] || int64(ev) != evs["sent"] {
+			return fmt.Sprintf("/metrics: acquisitions %v, events %v; want %d and %d", acq, ev, tot["acquired"], evs["sent"])
+		}
+		return ""
+	})
+	o, err := getOverview(base)
+	if err != nil || o.EventsTotal != evs["sent"] || o.AcquireRate <= 0 || o.TrackedKeys == 0 || !o.Ingesting {
+		t.Errorf("overview = %+v, %v; want %d events, a positive acquire rate, tracked keys, ingesting", o, err, evs["sent"])
+	}
+	code, body, err := get(context.Background(), base+"/")
+	if err != nil || code != 200 || !strings.Contains(body, "inventory:sku-") {
+		t.Errorf("GET / = %d, %v; want 200 with the hot inventory keys", code, err)
+	}
+
+	serve.signal(syscall.SIGTERM)
+	if code := serve.wait(20 * time.Second); code != 0 {
+		t.Errorf("serve after SIGTERM: exit %d, want 0", code)
+	}
+	if _, _, err := get(context.Background(), base+"/healthz"); err == nil {
+		t.Errorf("GET /healthz after shutdown succeeded, want the listener closed")
+	}
+}
+
+func TestDemoWithoutRedis(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	started := time.Now()
+	demo := start(t, nil, "demo", "--listen", addr)
+	var o overview
+	eventually(t, 10*time.Second, func() string {
+		code, body, err := get(context.Background(), base+"/")
+		if err != nil || code != 200 || !strings.Contains(body, "lockscope") {
+			return fmt.Sprintf("GET / = %d, %v", code, err)
+		}
+		if o, err = getOverview(base); err != nil || o.AcquireRate <= 0 || o.EventsTotal == 0 {
+			return fmt.Sprintf("overview = %+v, %v; want live acquisitions", o, err)
+		}
+		return ""
+	})
+	t.Logf("demo live after %v: %+v", time.Since(started).Round(time.Millisecond), o)
+	out := demo.stdout.String()
+	if !strings.Contains(out, "dashboard "+base+"/") || !strings.Contains(out, "operator login for forced releases: demo / ") {
+		t.Errorf("demo output lacks the URL or the operator login:\n%s", out)
+	}
+	// The embedded Redis is a real one to the operator commands.
+	embedded := regexp.MustCompile(`embedded Redis (redis://127\.0\.0\.1:\d+)`).FindStringSubmatch(out)
+	if embedded == nil {
+		t.Fatalf("demo output names no embedded Redis:\n%s", out)
+	}
+	eventually(t, 10*time.Second, func() string {
+		stdout, stderr, code := lockscope(t, []string{"LOCKSCOPE_REDIS_URL=" + embedded[1]}, "", "locks", "--json", "workflow:*")
+		var held []struct{ Key, Owner string }
+		if err := json.Unmarshal([]byte(stdout), &held); code != 0 || err != nil || len(held) == 0 ||
+			!strings.HasPrefix(held[0].Owner, "workflow-editor/") {
+			return fmt.Sprintf("locks on the demo's Redis: exit %d, %v, %+v; want an editing session\n%s%s", code, err, held, stdout, stderr)
+		}
+		return ""
+	})
+
+	demo.signal(syscall.SIGINT)
+	if code := demo.wait(20 * time.Second); code != 0 {
+		t.Errorf("demo after SIGINT: exit %d, want 0", code)
+	}
+}
+
+func TestLoadFlushesEventsOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	const stream = "sigterm:events"
+	p := start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=" + stream},
+		"load", "--rate", "300", "--speed", "10", "--report-every", "500ms")
+	eventually(t, 15*time.Second, func() string {
+		if n := len(rateLine.FindAllString(p.stdout.String(), -1)); n < 2 {
+			return fmt.Sprintf("%d rate lines", n)
+		}
+		return ""
+	})
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("load after SIGTERM: exit %d, want 0", code)
+	}
+	out := p.stdout.String()
+	tot, evs := totals(t, out, "total:"), totals(t, out, "events:")
+	if evs["dropped"] != 0 || evs["sent"] != evs["recorded"] {
+		t.Fatalf("events %v: want every recorded event sent", evs)
+	}
+	got := readStream(t, rdb, stream)
+	acquired := 0
+	for _, e := range got {
+		if e.Type == event.Acquired {
+			acquired++
+		}
+	}
+	if int64(len(got)) != evs["sent"] || int64(acquired) != tot["acquired"] {
+		t.Errorf("stream has %d events, %d acquired; load reported %d sent, %d acquired", len(got), acquired, evs["sent"], tot["acquired"])
+	}
+	// What the load held it released on the way out; only the crashed
+	// batch's lock is left to expire.
+	lc := lock.New(rdb, nil)
+	keys, err := rdb.Keys(context.Background(), "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		if k == stream || strings.HasPrefix(k, lock.FencePrefix) {
+			continue
+		}
+		h, err := lc.Inspect(context.Background(), k)
+		if err == nil && !strings.HasPrefix(h.Owner, "billing-batch/") {
+			t.Errorf("after SIGTERM %s is still held by %s, want it released", k, h.Owner)
+		}
+	}
+}

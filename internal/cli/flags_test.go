@@ -1,0 +1,160 @@
+package cli
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func lookup(env map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+func testFlags() (*flagSet, *string, *time.Duration, *[]string, *bool) {
+	f := newFlagSet(&command{name: "test", args: "KEY"})
+	var s string
+	var d time.Duration
+	var l []string
+	var b bool
+	f.String(&s, "reason", "", "", "")
+	f.Duration(&d, "stuck-after", "LOCKSCOPE_STUCK_AFTER", time.Minute, "")
+	f.List(&l, "watch", "LOCKSCOPE_WATCH", []string{"default:*"}, "")
+	f.Bool(&b, "yes", "LOCKSCOPE_ASSUME_YES", false, "")
+	f.minArgs, f.maxArgs = 0, -1
+	return f, &s, &d, &l, &b
+}
+
+func TestFlagsEnvThenCommandLine(t *testing.T) {
+	tests := []struct {
+		name      string
+		env       map[string]string
+		args      []string
+		wantD     time.Duration
+		wantL     []string
+		wantB     bool
+		wantS     string
+		wantPos   []string
+		wantError string
+	}{
+		{name: "defaults", wantD: time.Minute, wantL: []string{"default:*"}},
+		{name: "env", env: map[string]string{"LOCKSCOPE_STUCK_AFTER": "30s", "LOCKSCOPE_WATCH": "lock:*, job:*", "LOCKSCOPE_ASSUME_YES": "true"},
+			wantD: 30 * time.Second, wantL: []string{"lock:*", "job:*"}, wantB: true},
+		{name: "flag wins and replaces the env list", env: map[string]string{"LOCKSCOPE_STUCK_AFTER": "30s", "LOCKSCOPE_WATCH": "lock:*"},
+			args: []string{"--stuck-after=2m", "--watch", "a:*", "--watch", "b:*"}, wantD: 2 * time.Minute, wantL: []string{"a:*", "b:*"}},
+		{name: "empty env is unset", env: map[string]string{"LOCKSCOPE_STUCK_AFTER": ""}, wantD: time.Minute, wantL: []string{"default:*"}},
+		{name: "interleaved", args: []string{"KEY", "--reason", "stuck export", "--yes", "MORE"},
+			wantD: time.Minute, wantL: []string{"default:*"}, wantB: true, wantS: "stuck export", wantPos: []string{"KEY", "MORE"}},
+		{name: "dash dash", args: []string{"--yes", "--", "--reason", "-k"},
+			wantD: time.Minute, wantL: []string{"default:*"}, wantB: true, wantPos: []string{"--reason", "-k"}},
+		{name: "bad env", env: map[string]string{"LOCKSCOPE_STUCK_AFTER": "soon"},
+			wantError: `lockscope test: invalid value "soon" for LOCKSCOPE_STUCK_AFTER: want a duration such as 500ms, 30s or 5m (run 'lockscope test -h')`},
+		{name: "bad flag", args: []string{"--stuck-after", "5"},
+			wantError: `lockscope test: invalid value "5" for flag -stuck-after: want a duration such as 500ms, 30s or 5m (run 'lockscope test -h')`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, s, d, l, b := testFlags()
+			pos, err := f.parse(tt.args, lookup(tt.env))
+			if tt.wantError != "" {
+				if err == nil || err.Error() != tt.wantError || ExitCode(err) != ExitUsage {
+					t.Fatalf("parse(%q) = %v (exit %d), want %q (exit 2)", tt.args, err, ExitCode(err), tt.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parse(%q) = %v, want nil", tt.args, err)
+			}
+			if *d != tt.wantD || *b != tt.wantB || *s != tt.wantS || !cmp.Equal(*l, tt.wantL) || !cmp.Equal(pos, tt.wantPos) {
+				t.Errorf("parse(%q) gave duration %v, bool %v, string %q, list %q, args %q; want %v, %v, %q, %q, %q",
+					tt.args, *d, *b, *s, *l, pos, tt.wantD, tt.wantB, tt.wantS, tt.wantL, tt.wantPos)
+			}
+		})
+	}
+}
+
+func TestHelpFlag(t *testing.T) {
+	f, _, _, _, _ := testFlags()
+	if _, err := f.parse([]string{"-h"}, lookup(nil)); !errors.Is(err, errHelp) {
+		t.Errorf("parse(-h) = %v, want errHelp", err)
+	}
+	var b strings.Builder
+	f.usage(&b)
+	for _, want := range []string{"--stuck-after duration", "(env LOCKSCOPE_STUCK_AFTER, default 1m0s)", "(env LOCKSCOPE_WATCH, default default:*)"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+// Every flag of every command can be set from the environment, except the
+// per-invocation arguments of release; one variable means one flag.
+func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
+	perInvocation := map[string]bool{"reason": true, "fingerprint": true}
+	flagOf := map[string]string{}
+	for _, c := range commands() {
+		f := newFlagSet(c)
+		c.define(f)
+		seen := map[string]bool{}
+		for _, name := range f.order {
+			env, ok := f.env[name]
+			if !ok {
+				if !perInvocation[name] {
+					t.Errorf("lockscope %s --%s has no environment variable", c.name, name)
+				}
+				continue
+			}
+			if !strings.HasPrefix(env, "LOCKSCOPE_") || seen[env] {
+				t.Errorf("lockscope %s --%s: variable %s is not LOCKSCOPE_* or is used twice", c.name, name, env)
+			}
+			seen[env] = true
+			if prev, ok := flagOf[env]; ok && prev != name {
+				t.Errorf("%s sets --%s in one command and --%s in another", env, prev, name)
+			}
+			flagOf[env] = name
+		}
+	}
+	for _, env := range []string{"LOCKSCOPE_REDIS_URL", "LOCKSCOPE_LISTEN", "LOCKSCOPE_STREAM", "LOCKSCOPE_OPERATOR_USER",
+		"LOCKSCOPE_OPERATOR_PASSWORD", "LOCKSCOPE_OPERATOR_TOKEN", "LOCKSCOPE_WATCH", "LOCKSCOPE_STUCK_AFTER", "LOCKSCOPE_LOG_LEVEL"} {
+		if _, ok := flagOf[env]; !ok {
+			t.Errorf("no flag reads %s", env)
+		}
+	}
+}
+
+func TestDisplayKey(t *testing.T) {
+	tests := []struct {
+		key  string
+		max  int
+		want string
+	}{
+		{"inventory:sku-1", 0, "inventory:sku-1"},
+		{"workflow:<b>", 0, "workflow:<b>"},
+		{"a b", 0, `"a b"`},
+		{"k\n\x1b[31m", 0, `"k\n\x1b[31m"`},
+		{"k\xff", 0, `"k\xff"`},
+		{`say "hi"`, 0, `"say \"hi\""`},
+		{strings.Repeat("x", 100), 10, "xxxxxxxxxx…(100 bytes)"},
+		{"", 0, `""`},
+	}
+	for _, tt := range tests {
+		if got := displayKey(tt.key, tt.max); got != tt.want {
+			t.Errorf("displayKey(%q, %d) = %s, want %s", tt.key, tt.max, got, tt.want)
+		}
+	}
+}
+
+func TestErrorIsOneLine(t *testing.T) {
+	err := &Error{Cmd: "serve", Code: ExitFailure, Err: errors.New("redis said:\nLOADING  dataset\n")}
+	if got, want := err.Error(), "lockscope serve: redis said: LOADING dataset"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if got := ExitCode(errors.New("x")); got != ExitFailure {
+		t.Errorf("ExitCode(plain error) = %d, want %d", got, ExitFailure)
+	}
+	if got := ExitCode(nil); got != ExitOK {
+		t.Errorf("ExitCode(nil) = %d, want 0", got)
+	}
+}

@@ -1,0 +1,328 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+func TestMain(m *testing.M) { redistest.Main(m) }
+
+// recorder keeps every event in memory, in the order recorded.
+type recorder struct {
+	mu  sync.Mutex
+	evs []event.Event
+}
+
+func (r *recorder) Record(e event.Event) {
+	r.mu.Lock()
+	r.evs = append(r.evs, e)
+	r.mu.Unlock()
+}
+
+// events returns the events on keys starting with prefix, by time.
+func (r *recorder) events(prefix string) []event.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []event.Event
+	for _, e := range r.evs {
+		if strings.HasPrefix(e.Key, prefix) {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b event.Event) int { return int(a.TS - b.TS) })
+	return out
+}
+
+func count(evs []event.Event, t event.Type, reason string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == t && (reason == "" || e.Reason == reason) {
+			n++
+		}
+	}
+	return n
+}
+
+// simulate runs the scenarios for d at speed and returns the stats, the
+// recorder and the key prefix.
+func simulate(t *testing.T, opt Options) (Stats, *recorder, string) {
+	t.Helper()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	rec := &recorder{}
+	opt.KeyPrefix = redistest.KeyPrefix(t)
+	opt.Seed = 1
+	sim, err := New(rdb, rec, &opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sim.Run(context.Background()); err != nil {
+		t.Fatalf("Run = %v, want nil", err)
+	}
+	st := sim.Stats()
+	if st.Errors != 0 {
+		t.Errorf("Stats().Errors = %d, want 0", st.Errors)
+	}
+	if got := st.Acquired + st.Refused + st.TimedOut + st.Errors; got != st.Attempts {
+		t.Errorf("acquired+refused+timed out+errors = %d, want attempts %d", got, st.Attempts)
+	}
+	if got := count(rec.events(opt.KeyPrefix), event.Acquired, ""); int64(got) != st.Acquired {
+		t.Errorf("%d acquired events, want Stats().Acquired = %d", got, st.Acquired)
+	}
+	return st, rec, opt.KeyPrefix
+}
+
+func TestCronRunsOnceEachTick(t *testing.T) {
+	t.Parallel()
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Cron}, Speed: 20, Duration: 1500 * time.Millisecond})
+	if st.CronTicks < 4 || st.CronRuns != st.CronTicks || st.CronDoubleRuns != 0 {
+		t.Errorf("cron ticks %d, runs %d, double runs %d; want >= 4 ticks, one run each, no double run", st.CronTicks, st.CronRuns, st.CronDoubleRuns)
+	}
+	evs := rec.events(prefix + "cron:nightly-report")
+	// Strictly alternating acquired/released: one runner at a time, and
+	// every other replica refused while it ran.
+	var seq []string
+	for _, e := range evs {
+		if e.Type == event.Acquired || e.Type == event.Released {
+			seq = append(seq, e.Type.String())
+		}
+	}
+	for i, s := range seq {
+		if want := []string{"acquired", "released"}[i%2]; s != want {
+			t.Fatalf("cron event %d is %s, want %s: %v", i, s, want, seq)
+		}
+	}
+	if got := count(evs, event.Acquired, ""); int64(got) != st.CronRuns {
+		t.Errorf("%d cron acquisitions, want one per run (%d)", got, st.CronRuns)
+	}
+	refused := count(evs, event.Failed, event.ReasonHeld)
+	if int64(refused) != st.Refused || refused < 4*int(st.CronRuns-1) || refused > 4*int(st.CronRuns) {
+		t.Errorf("%d refused tries (stats %d), want 4 per run for %d runs", refused, st.Refused, st.CronRuns)
+	}
+	owners := map[string]bool{}
+	for _, e := range evs {
+		owners[e.Owner] = true
+	}
+	if len(owners) != 5 {
+		t.Errorf("cron events come from %d owners, want the 5 replicas: %v", len(owners), owners)
+	}
+}
+
+func TestPaymentsDoubleClickIsRefused(t *testing.T) {
+	t.Parallel()
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Payments}, Rate: 100, Duration: time.Second})
+	if st.Payments < 20 || st.DoubleCharges != 0 {
+		t.Errorf("payments %d, double charges %d; want >= 20 and none", st.Payments, st.DoubleCharges)
+	}
+	evs := rec.events(prefix + "payment:ord-")
+	per := map[string][2]int{}
+	for _, e := range evs {
+		c := per[e.Key]
+		switch {
+		case e.Type == event.Acquired:
+			c[0]++
+		case e.Type == event.Failed && e.Reason == event.ReasonHeld:
+			c[1]++
+		}
+		per[e.Key] = c
+	}
+	complete := 0
+	for k, c := range per {
+		if c[0] > 1 {
+			t.Errorf("%s acquired %d times, want once", k, c[0])
+		}
+		if c == [2]int{1, 1} {
+			complete++
+		}
+	}
+	// Submits cut short when Run ended may lack their second click.
+	if complete < int(st.Payments)-8 {
+		t.Errorf("%d orders with one charge and one refused click, want about %d", complete, st.Payments)
+	}
+}
+
+func TestInventoryHotKeyContention(t *testing.T) {
+	t.Parallel()
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Inventory}, Rate: 300, Concurrency: 8, Duration: time.Second})
+	if st.Acquired < 100 {
+		t.Errorf("inventory acquired %d locks in 1s at 300/s, want >= 100", st.Acquired)
+	}
+	evs := rec.events(prefix + "inventory:sku-")
+	waited := 0
+	for _, e := range evs {
+		if e.Type == event.Acquired && e.Key == prefix+"inventory:sku-1" && e.Attempts > 1 {
+			waited++
+		}
+	}
+	if waited == 0 {
+		t.Error("no acquisition of the hot sku-1 needed more than one attempt, want contention")
+	}
+	if got := count(evs, event.Released, ""); int64(got) != st.Released {
+		t.Errorf("%d released events, want Stats().Released = %d", got, st.Released)
+	}
+}
+
+func TestWorkflowSessionsRenew(t *testing.T) {
+	t.Parallel()
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Workflow}, Speed: 20, Duration: 2 * time.Second})
+	evs := rec.events(prefix + "workflow:")
+	if st.Sessions < 2 || count(evs, event.Renewed, "") < 3 {
+		t.Errorf("%d sessions, %d renewals; want >= 2 sessions kept alive by renewals", st.Sessions, count(evs, event.Renewed, ""))
+	}
+	for _, e := range evs {
+		if !strings.HasPrefix(e.Owner, "workflow-editor/") {
+			t.Errorf("workflow event owner %q, want workflow-editor/<user>", e.Owner)
+		}
+	}
+	// Every session ends released when Run stops.
+	if got := count(evs, event.Released, ""); int64(got) != st.Sessions {
+		t.Errorf("%d releases, want one per session (%d)", got, st.Sessions)
+	}
+}
+
+func TestStuckHolderKeepsRenewing(t *testing.T) {
+	t.Parallel()
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Stuck}, Speed: 20, Duration: 1500 * time.Millisecond})
+	evs := rec.events(prefix + "export:tenant-")
+	if st.Hangs != 1 || count(evs, event.Acquired, "") != 1 {
+		t.Fatalf("%d hangs, %d acquisitions; want exactly one hung holder", st.Hangs, count(evs, event.Acquired, ""))
+	}
+	// TTL 500ms at speed 20, renewed every ~167ms for ~1.4s.
+	if n := count(evs, event.Renewed, ""); n < 5 {
+		t.Errorf("%d renewals of the hung holder, want >= 5", n)
+	}
+	last := evs[len(evs)-1]
+	if last.Type != event.Released || last.Hold < time.Second {
+		t.Errorf("last event %v after %v, want released after a hold of >= 1s", last.Type, last.Hold)
+	}
+}
+
+func TestCrashedHolderExpires(t *testing.T) {
+	t.Parallel()
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Crash}, Speed: 20, Duration: 400 * time.Millisecond})
+	evs := rec.events(prefix + "invoice:batch-")
+	if st.Crashes != 1 || st.Abandoned != 1 || len(evs) != 1 || evs[0].Type != event.Acquired {
+		t.Fatalf("crashes %d, abandoned %d, events %+v; want one acquisition never released", st.Crashes, st.Abandoned, evs)
+	}
+	// Nothing in the process reports the expiry: the collector does, from
+	// the acquisition's TTL.
+	var now atomic.Int64
+	now.Store(time.Now().UnixNano())
+	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	agg.Apply(evs)
+	agg.Tick()
+	if got := agg.Expirations(10); len(got) != 0 {
+		t.Fatalf("Expirations before the TTL = %+v, want none", got)
+	}
+	now.Add(int64(evs[0].TTL + 2*time.Second))
+	agg.Tick()
+	got := agg.Expirations(10)
+	if len(got) != 1 || got[0].Key != evs[0].Key || got[0].Owner != evs[0].Owner {
+		t.Errorf("Expirations after the TTL = %+v, want %s of %s", got, evs[0].Key, evs[0].Owner)
+	}
+	// And Redis did expire it.
+	rdb := redistest.Shared(t).Client(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for rdb.Exists(context.Background(), evs[0].Key).Val() == 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists 5s after its TTL of %v", evs[0].Key, evs[0].TTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPausedHolderFindsItsLockLost(t *testing.T) {
+	t.Parallel()
+	// At speed 20: the pause starts at 250ms, TTL 100ms, frozen 250ms.
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Pause}, Speed: 20, Duration: 900 * time.Millisecond})
+	evs := rec.events(prefix + "ledger:account-")
+	if st.Pauses != 1 || st.Lost != 1 {
+		t.Fatalf("pauses %d, lost %d; want 1 and 1. Events: %+v", st.Pauses, st.Lost, evs)
+	}
+	var lost, takeover *event.Event
+	for i, e := range evs {
+		if e.Type == event.Lost && e.Owner == "ledger-sync/pod-1" {
+			lost = &evs[i]
+		}
+		if e.Type == event.Acquired && e.Owner == "ledger-sync/pod-2" {
+			takeover = &evs[i]
+		}
+	}
+	if lost == nil || lost.Reason != event.ReasonNotOwner {
+		t.Fatalf("no lost event (reason not_owner) for the paused holder: %+v", evs)
+	}
+	if takeover == nil || takeover.TS > lost.TS || takeover.Key != lost.Key {
+		t.Errorf("takeover %+v, want pod-2 acquiring %s before pod-1 noticed the loss", takeover, lost.Key)
+	}
+}
+
+func TestRunReleasesWhatItHolds(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	sim, err := New(rdb, nil, &Options{Speed: 10, Rate: 100, KeyPrefix: prefix, Duration: 1500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := sim.Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Errorf("Run took %v for a 1.5s duration, want a prompt stop", d)
+	}
+	st := sim.Stats()
+	if st.Hangs != 1 || st.Crashes != 1 || st.Sessions == 0 || st.CronRuns == 0 || st.Payments == 0 {
+		t.Errorf("stats %+v: want every scenario to have run", st)
+	}
+	// An obtain cut short by the stop may have succeeded in Redis; the lock
+	// library releases such orphans in the background, so allow a moment.
+	lc := lock.New(rdb, nil)
+	var left []string
+	for deadline := time.Now().Add(time.Second); ; {
+		keys, err := rdb.Keys(context.Background(), prefix+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = left[:0]
+		for _, k := range keys {
+			h, err := lc.Inspect(context.Background(), k)
+			if errors.Is(err, lock.ErrNotHeld) {
+				continue
+			}
+			if err != nil || !strings.HasPrefix(h.Owner, "billing-batch/") {
+				left = append(left, fmt.Sprintf("%s held by %+v (%v)", k, h, err))
+			}
+		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(left) > 0 {
+		t.Errorf("after Run, locks other than the crashed batch's are still held: %v", left)
+	}
+}
+
+func TestNewRejectsBadOptions(t *testing.T) {
+	t.Parallel()
+	rdb := redistest.Shared(t).Client(t)
+	for _, o := range []Options{{Rate: -1}, {Speed: -2}, {Scenarios: []string{"cron", "lunch"}}} {
+		if _, err := New(rdb, nil, &o); err == nil {
+			t.Errorf("New(%+v) = nil error, want one", o)
+		}
+	}
+}
