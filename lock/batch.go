@@ -148,6 +148,6 @@ func late(rdb redis.UniversalClient, c *call) {
 		return
 	}
 	if _, ok := c.cmd.Val().(int64); ok {
-		go releaseOrphan(rdb, c.keys[0], c.args[0].(string))
+		go releaseOrphan(rdb, c.keys[0], c.args[0])
 	}
 }

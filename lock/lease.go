@@ -20,6 +20,7 @@ type Lease struct {
 	key       string
 	keys      []string // {key}, shared by every script call
 	head      string   // value head "ls1|<token>|<lease>|": proves ownership
+	headArg   any      // head, boxed once
 	token     string
 	owner     string
 	id        string
@@ -186,7 +187,7 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 		ms = -3
 	} else {
 		var err error
-		if ms, err = l.c.batch.run(ctx, pttlScript, l.keys, l.head).Int64(); err != nil {
+		if ms, err = l.c.batch.run(ctx, pttlScript, l.keys, l.headArg).Int64(); err != nil {
 			return 0, err
 		}
 	}
@@ -243,7 +244,7 @@ func (l *Lease) refresh(ctx context.Context, ttl time.Duration) (bool, error) {
 	if l.degraded {
 		return l.c.local.refresh(l.key, l.token, ttl), nil
 	}
-	n, err := l.c.batch.run(ctx, refreshScript, l.keys, l.head, int64((ttl+time.Millisecond-1)/time.Millisecond)).Int64()
+	n, err := l.c.batch.run(ctx, refreshScript, l.keys, l.headArg, int64((ttl+time.Millisecond-1)/time.Millisecond)).Int64()
 	return n == 1, err
 }
 
@@ -286,7 +287,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.degraded {
 		ok = l.c.local.release(l.key, l.token)
 	} else {
-		n, err := l.c.batch.run(ctx, releaseScript, l.keys, l.head).Int64()
+		n, err := l.c.batch.run(ctx, releaseScript, l.keys, l.headArg).Int64()
 		if err != nil {
 			return err
 		}

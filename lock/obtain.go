@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -90,6 +89,7 @@ type attempt struct {
 	key      string
 	keys     []string
 	head     string
+	headArg  any
 	token    string
 	id       string
 	owner    string
@@ -115,8 +115,8 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	if o.Owner != "" {
 		a.owner = o.Owner
 	}
-	a.token, a.id = newIDs()
-	a.head = valueMagic + a.token + "|" + a.id + "|"
+	a.head, a.token, a.id = newHead()
+	a.headArg = a.head // boxed once for every script call of the hold
 	if o.Fencing {
 		a.keys = []string{key, FenceKey(key)}
 	} else {
@@ -132,8 +132,8 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	for {
 		a.attempts++
 		at := time.Now()
-		var ttail [20]byte
-		tail := "|" + string(strconv.AppendInt(ttail[:0], at.UnixMilli(), 10)) + "|" + a.owner
+		var tbuf [64]byte
+		tail := string(appendTail(tbuf[:0], at, a.owner))
 		var res any
 		var err error
 		if h := c.local.holder(key); h != nil {
@@ -141,7 +141,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			// knows nothing of it, so honour it here.
 			holder, reason, cause = h, event.ReasonHeld, nil
 		} else {
-			res, err = c.batch.run(ctx, obtainScript, a.keys, a.head, tail, a.ttlMs).Result()
+			res, err = c.batch.run(ctx, obtainScript, a.keys, a.headArg, tail, a.ttlMs).Result()
 		}
 		rtt := time.Since(at)
 		if err == nil && res != nil {
@@ -157,7 +157,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		if err != nil {
 			if ctx.Err() != nil {
 				// The script may have run: free the key if it did.
-				go releaseOrphan(c.rdb, key, a.head)
+				go releaseOrphan(c.rdb, key, a.headArg)
 				return nil, holder, c.fail(&a, holder, ctxReason(ctx), ctx.Err())
 			}
 			if c.local != nil && unreachable(err) {
@@ -242,7 +242,7 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 
 func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *ObtainOptions, at time.Time, fence int64, degraded bool) *Lease {
 	l := &Lease{
-		c: c, key: a.key, keys: a.keys[:1], head: a.head, token: a.token, owner: a.owner, id: a.id,
+		c: c, key: a.key, keys: a.keys[:1], head: a.head, headArg: a.headArg, token: a.token, owner: a.owner, id: a.id,
 		fence: fence, since: at, degraded: degraded, autoRenew: o.AutoRenew, maxHold: o.MaxHold,
 		ttl: a.ttl, validUntil: at.Add(a.ttl), parent: ctx, detach: detach,
 	}
@@ -258,7 +258,7 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 }
 
 // releaseOrphan deletes a lock taken for a caller that stopped waiting.
-func releaseOrphan(rdb redis.UniversalClient, key, head string) {
+func releaseOrphan(rdb redis.UniversalClient, key string, head any) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	releaseScript.Run(ctx, rdb, []string{key}, head)

@@ -66,18 +66,29 @@ func (v Value) String() string {
 // learns only inside Redis; tail is the part after it.
 func (v Value) head() string { return valueMagic + v.Token + "|" + v.Lease + "|" }
 
-func (v Value) tail() string {
-	var b [24]byte
-	return "|" + string(strconv.AppendInt(b[:0], v.Since.UnixMilli(), 10)) + "|" + v.Owner
-}
+func (v Value) tail() string { return string(appendTail(nil, v.Since, v.Owner)) }
 
-// newIDs returns a fresh secret token and public lease id.
-func newIDs() (token, lease string) {
+// newHead returns the value head "ls1|<token>|<lease>|" of a fresh hold,
+// with its secret token and public lease id as substrings of it (one
+// allocation for all three).
+func newHead() (head, token, lease string) {
 	var r [24]byte
 	rand.Read(r[:]) // never fails since Go 1.24
-	var b [32 + 16]byte
-	base64.RawURLEncoding.Encode(b[:22], r[:16])
-	hex.Encode(b[22:38], r[16:])
-	s := string(b[:38])
-	return s[:22], s[22:]
+	const n = len(valueMagic) + 22 + 1 + 16 + 1
+	var b [n]byte
+	copy(b[:], valueMagic)
+	base64.RawURLEncoding.Encode(b[len(valueMagic):], r[:16])
+	b[len(valueMagic)+22] = '|'
+	hex.Encode(b[len(valueMagic)+23:], r[16:])
+	b[n-1] = '|'
+	head = string(b[:])
+	return head, head[len(valueMagic) : len(valueMagic)+22], head[len(valueMagic)+23 : n-1]
+}
+
+// appendTail appends the value tail "|<since ms>|<owner>".
+func appendTail(b []byte, since time.Time, owner string) []byte {
+	b = append(b, '|')
+	b = strconv.AppendInt(b, since.UnixMilli(), 10)
+	b = append(b, '|')
+	return append(b, owner...)
 }

@@ -32,15 +32,15 @@ func TestParseValueForeign(t *testing.T) {
 	}
 }
 
-func TestNewIDs(t *testing.T) {
+func TestNewHead(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		tok, id := newIDs()
-		if len(tok) != 22 || len(id) != 16 || strings.ContainsAny(tok+id, "|") {
-			t.Fatalf("newIDs() = %q, %q, want 22 and 16 characters without '|'", tok, id)
+		head, tok, id := newHead()
+		if len(tok) != 22 || len(id) != 16 || strings.ContainsAny(tok+id, "|") || head != valueMagic+tok+"|"+id+"|" {
+			t.Fatalf("newHead() = %q, %q, %q, want 22 and 16 characters without '|'", head, tok, id)
 		}
 		if seen[tok] || seen[id] {
-			t.Fatalf("newIDs() repeated %q/%q", tok, id)
+			t.Fatalf("newHead() repeated %q/%q", tok, id)
 		}
 		seen[tok], seen[id] = true, true
 	}
