@@ -27,6 +27,10 @@ type batch struct {
 	// applied but could not acknowledge.
 	claimed bool
 	gen     uint64 // the group incarnation the entries were read from
+	// barrier, when set, carries no entries: the applier closes it once
+	// everything handed over before it is applied and acknowledged (or
+	// remembered as unacknowledged).
+	barrier chan struct{}
 }
 
 // ackTimeout bounds the final acknowledgements, which run after Run's context
@@ -68,6 +72,9 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 	var nextClaim time.Time
 	for ctx.Err() == nil {
 		if !ready {
+			// Entries already handed over are still pending: they must be
+			// applied before this consumer's pending list is read again.
+			settle(out)
 			if err := c.setup(ctx); err != nil {
 				f.fail(ctx, err)
 				continue
@@ -79,6 +86,9 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 			ready, nextClaim = true, time.Time{}
 		}
 		if !time.Now().Before(nextClaim) {
+			// XAUTOCLAIM also returns this consumer's own entries once idle
+			// long enough: none may be in flight.
+			settle(out)
 			if err := c.claim(ctx, out); err != nil {
 				ready = false
 				f.fail(ctx, err)
@@ -109,6 +119,14 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 			}
 		}
 	}
+}
+
+// settle waits until the applier has applied and acknowledged every batch
+// handed over so far.
+func settle(out chan<- batch) {
+	done := make(chan struct{})
+	out <- batch{barrier: done}
+	<-done
 }
 
 // fail reports err as the ingest health, logs it (again only when it changes
@@ -298,6 +316,11 @@ type applier struct {
 
 func (a *applier) apply(b batch) {
 	c := a.c
+	if b.barrier != nil {
+		a.retryAcks()
+		close(b.barrier)
+		return
+	}
 	if b.gen != a.gen {
 		// The group was recreated: its pending list is new.
 		a.gen = b.gen

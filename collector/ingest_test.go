@@ -575,3 +575,26 @@ func TestGapTracker(t *testing.T) {
 		})
 	}
 }
+
+// With a tiny ClaimMinIdle, XAUTOCLAIM hands this consumer its own entries
+// that are still being applied: they must not be applied twice.
+func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	agg, _ := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Count: 1, ClaimMinIdle: time.Millisecond})
+	// Entries big enough that the applier is the bottleneck: one is
+	// always in flight when the claim runs.
+	keys := keyList(prefix, 50)
+	const entries, per = 100, 500
+	for i := 0; i < entries; i++ {
+		xaddPacked(t, rdb, stream, lockEvents(keys, 5, time.Now()))
+	}
+	waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= entries*per })
+	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+	if got := eventsTotal(agg); got != entries*per {
+		t.Errorf("EventsTotal = %d, want %d", got, entries*per)
+	}
+}
