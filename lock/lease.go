@@ -150,13 +150,16 @@ func (l *Lease) end() {
 }
 
 // lose records that the lock is gone (reason not_owner, max_hold or error).
+// The event is recorded before the lease context is cancelled, so whoever
+// wakes on Done finds it already recorded.
 func (l *Lease) lose(reason string) {
 	l.mu.Lock()
 	if l.state != stateHeld {
 		l.mu.Unlock()
 		return
 	}
-	l.markLost(reason)
+	l.state = stateLost
+	l.err = &lostError{reason: reason}
 	l.mu.Unlock()
 	if l.c.rec != nil {
 		e := l.event(event.Lost)
@@ -164,6 +167,9 @@ func (l *Lease) lose(reason string) {
 		e.Hold = time.Unix(0, e.TS).Sub(l.since)
 		l.c.record(e)
 	}
+	l.mu.Lock()
+	l.end()
+	l.mu.Unlock()
 }
 
 func (l *Lease) event(t event.Type) event.Event {
