@@ -281,6 +281,13 @@ func TestEndToEndBrowser(t *testing.T) {
 		t.Errorf("holder's context not cancelled 3 s after the forced release")
 	}
 
+	// The release went through the event stream: the overview lists it.
+	must("back to the overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/")))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
+		`[...document.querySelectorAll('[data-testid="forced-row"]')].some(r => r.textContent.includes("oncall-ana") && r.textContent.includes("INC-2412"))`,
+		chromedp.WithPollingTimeout(5*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	must("forced release listed on the overview", err)
+
 	if os.Getenv("LOCKSCOPE_SHOTS") != "" {
 		must("open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
 		saveExtraShot(t, bctx, "keys")
