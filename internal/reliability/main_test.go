@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"context"
+	"flag"
 	"log/slog"
 	"os"
 	"testing"
@@ -17,6 +18,7 @@ func TestMain(m *testing.M) {
 	if name := os.Getenv(helperEnv); name != "" {
 		os.Exit(runHelper(name))
 	}
+	flag.Parse()
 	if !testing.Verbose() {
 		// go-redis logs every failed dial; the fault tests cause thousands.
 		redis.SetLogger(quietRedis{})

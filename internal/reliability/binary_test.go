@@ -1,0 +1,160 @@
+package reliability
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// buildLockscope builds the real binary into a directory of t's and returns
+// its path. The compile is cached by go; only the link runs again per test.
+func buildLockscope(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "lockscope")
+	ctx := testCtx(t, 3*time.Minute)
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockscope/lockscope/cmd/lockscope").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/lockscope: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// lockedBuffer collects a process's output safely while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// proc is a running lockscope command.
+type proc struct {
+	cmd    *exec.Cmd
+	out    lockedBuffer // stdout and stderr
+	done   chan struct{}
+	listen string // serve: host:port of its HTTP server
+}
+
+// startLockscope runs bin with args; it is killed at the end of the test if
+// still running.
+func startLockscope(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("lockscope %v output:\n%s", args, tail(p.out.String(), 4000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// startServe runs `lockscope serve` against redisURL on a free port and
+// waits until /healthz answers.
+func startServe(t *testing.T, bin, redisURL string, env []string, args ...string) *proc {
+	t.Helper()
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := "127.0.0.1:" + strconv.Itoa(port)
+	p := startLockscope(t, bin, env, append([]string{"serve", "--redis", redisURL, "--listen", listen, "--log-level", "warn"}, args...)...)
+	p.listen = listen
+	ctx := testCtx(t, 20*time.Second)
+	if !waitFor(ctx, func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+		}
+		resp, err := http.Get("http://" + listen + "/healthz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("lockscope serve did not answer /healthz within 20s:\n%s", p.out.String())
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("lockscope serve exited: %v\n%s", p.cmd.ProcessState, p.out.String())
+	default:
+	}
+	return p
+}
+
+func (p *proc) url(path string) string { return "http://" + p.listen + path }
+
+// metrics scrapes the process's /metrics.
+func (p *proc) metrics(ctx context.Context, t *testing.T) families {
+	t.Helper()
+	m, body, err := scrape(ctx, p.url("/metrics"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, tail(string(body), 2000))
+	}
+	return m
+}
+
+// kill sends SIGKILL and waits for the process to die.
+func (p *proc) kill(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Kill()
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("process did not die within 10s of SIGKILL")
+	}
+}
+
+// stop sends SIGTERM and waits up to d for a clean exit.
+func (p *proc) stop(t *testing.T, d time.Duration) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		t.Fatalf("process did not exit within %v of SIGTERM", d)
+	}
+	if !p.cmd.ProcessState.Success() {
+		t.Errorf("lockscope exited with %v:\n%s", p.cmd.ProcessState, tail(p.out.String(), 2000))
+	}
+}
+
+var _ = fmt.Sprint
