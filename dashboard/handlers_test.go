@@ -12,7 +12,6 @@ import (
 
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/lock"
 )
 
 func TestAuth(t *testing.T) {
@@ -601,5 +600,3 @@ func TestKeyDetailPage(t *testing.T) {
 		t.Errorf("DELETE overview = %d, want 405", rec.Code)
 	}
 }
-
-var _ = lock.ErrNotHeld

@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -39,7 +40,7 @@ func (q *releaseRequest) validate() error {
 	case q.Reason == "":
 		return errors.New("a reason is required")
 	case len(q.Reason) > MaxReason:
-		return errors.New("the reason is longer than 500 bytes")
+		return errors.New("the reason is longer than " + strconv.Itoa(MaxReason) + " bytes")
 	case !utf8.ValidString(q.Reason):
 		return errors.New("the reason must be UTF-8 text")
 	}
