@@ -27,7 +27,7 @@ func (s *server) secure(next http.Handler) http.Handler {
 		rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 		nonce := base64.RawURLEncoding.EncodeToString(b[:])
 		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; style-src 'self'; img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+nonce+"'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		h.Set("X-Frame-Options", "DENY")
