@@ -15,7 +15,7 @@ import (
 
 // benchAggregator is a real Aggregator holding 100 k tracked keys, 10 k of
 // them held (1 k of those past the stuck threshold), all contended.
-func benchAggregator(b *testing.B) *collector.Aggregator {
+func benchAggregator(b testing.TB) *collector.Aggregator {
 	b.Helper()
 	now := time.Now()
 	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return now }})
