@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -143,7 +147,9 @@ func TestDemoWithoutRedis(t *testing.T) {
 	addr := freeAddr(t)
 	base := "http://" + addr
 	started := time.Now()
-	demo := start(t, nil, "demo", "--listen", addr)
+	// Speed 10 and a 1s stuck threshold tell the demo's whole story in
+	// seconds: the hung export worker, the crashed batch, the paused sync.
+	demo := start(t, nil, "demo", "--listen", addr, "--speed", "10", "--stuck-after", "1s")
 	var o overview
 	eventually(t, 10*time.Second, func() string {
 		code, body, err := get(context.Background(), base+"/")
@@ -171,6 +177,20 @@ func TestDemoWithoutRedis(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &held); code != 0 || err != nil || len(held) == 0 ||
 			!strings.HasPrefix(held[0].Owner, "workflow-editor/") {
 			return fmt.Sprintf("locks on the demo's Redis: exit %d, %v, %+v; want an editing session\n%s%s", code, err, held, stdout, stderr)
+		}
+		return ""
+	})
+
+	eventually(t, 15*time.Second, func() string {
+		_, body, err := get(context.Background(), base+"/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		stuck, _ := metricSum(body, "lockscope_stuck_locks")
+		expired, _ := metricSum(body, "lockscope_expirations_total")
+		lost, _ := metricSum(body, `lockscope_events_total{type="lost"}`)
+		if stuck < 1 || expired < 1 || lost < 1 {
+			return fmt.Sprintf("demo metrics: stuck %v, expirations %v, lost events %v; want each >= 1", stuck, expired, lost)
 		}
 		return ""
 	})
@@ -228,5 +248,104 @@ func TestLoadFlushesEventsOnSIGTERM(t *testing.T) {
 		if err == nil && !strings.HasPrefix(h.Owner, "billing-batch/") {
 			t.Errorf("after SIGTERM %s is still held by %s, want it released", k, h.Owner)
 		}
+	}
+}
+
+func TestServeForcedReleaseFromTheAPI(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	addr := freeAddr(t)
+	base := "http://" + addr
+	const stream = "ops:events"
+	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_STREAM=" + stream,
+		"LOCKSCOPE_OPERATOR_TOKEN=s3cret"}, "serve")
+	eventually(t, 15*time.Second, func() string {
+		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+		}
+		return ""
+	})
+
+	lc := lock.New(rdb, nil)
+	const key = "export:tenant-9"
+	lease, err := lc.Obtain(context.Background(), key, 600*time.Millisecond, &lock.ObtainOptions{AutoRenew: true, Owner: "export-worker/pod-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Release(context.Background())
+	h, err := lc.Inspect(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(token string) (int, string) {
+		body := fmt.Sprintf(`{"fingerprint": %q, "reason": "hung export"}`, h.Fingerprint)
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/"+url.PathEscape(key)+"/release", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
+		t.Errorf("release without the token: %d %s, want 401 or 403", code, body)
+	}
+	if code, body := post("s3cret"); code != 200 {
+		t.Fatalf("release with the token: %d %s, want 200", code, body)
+	}
+	select {
+	case <-lease.Done():
+		if !errors.Is(lease.Err(), lock.ErrLost) {
+			t.Errorf("lease.Err() = %v, want ErrLost", lease.Err())
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("the holder's lease did not notice the forced release within 5s")
+	}
+	eventually(t, 10*time.Second, func() string {
+		var forced []event.Event
+		for _, e := range readStream(t, rdb, stream) {
+			if e.Type == event.Forced {
+				forced = append(forced, e)
+			}
+		}
+		if len(forced) != 1 || forced[0].Key != key || forced[0].Owner != "export-worker/pod-2" || forced[0].Reason != "hung export" {
+			return fmt.Sprintf("forced events in the stream: %+v; want the one release", forced)
+		}
+		_, body, err := get(context.Background(), base+"/metrics")
+		if n, _ := metricSum(body, "lockscope_forced_releases_total"); err != nil || n != 1 {
+			return fmt.Sprintf("lockscope_forced_releases_total = %v, %v; want 1", n, err)
+		}
+		return ""
+	})
+}
+
+func TestDemoOnARealRedisStopsAfterDuration(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	addr := freeAddr(t)
+	demo := start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LOAD_DURATION=3s", "LOCKSCOPE_LISTEN=" + addr}, "demo")
+	var o overview
+	eventually(t, 10*time.Second, func() string {
+		var err error
+		if o, err = getOverview("http://" + addr); err != nil || o.EventsTotal == 0 {
+			return fmt.Sprintf("overview = %+v, %v; want events", o, err)
+		}
+		return ""
+	})
+	if code := demo.wait(20 * time.Second); code != 0 {
+		t.Fatalf("demo --duration 3s: exit %d, want 0", code)
+	}
+	if !strings.Contains(demo.stdout.String(), "Redis "+srv.URL()) {
+		t.Errorf("demo output does not name the Redis it uses:\n%s", demo.stdout)
+	}
+	if n := rdb.XLen(context.Background(), event.DefaultStream).Val(); n == 0 {
+		t.Errorf("XLEN %s = 0 after the demo, want its events", event.DefaultStream)
 	}
 }

@@ -47,7 +47,7 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 				if err := ld.validate(); err != nil {
 					return err
 				}
-				if _, err := sc.collector.aggregatorConfig(); err != nil {
+				if err := sc.validate(); err != nil {
 					return err
 				}
 				log, err := lg.logger(env)

@@ -155,7 +155,7 @@ func report(w io.Writer, sim *workload.Simulator, em *lock.Emitter, every time.D
 			cur, es := sim.Stats(), em.Stats()
 			secs := now.Sub(prevAt).Seconds()
 			rate := func(a, b int64) float64 { return float64(a-b) / secs }
-			fmt.Fprintf(w, "%6s  attempts=%.1f/s acquired=%.1f/s refused=%.1f/s timed_out=%.1f/s errors=%.1f/s  lost=%d expiring=%d  events_sent=%d dropped=%d\n",
+			fmt.Fprintf(w, "%6s  attempts=%.1f/s acquired=%.1f/s refused=%.1f/s timed_out=%.1f/s errors=%.1f/s  lost=%d abandoned=%d  events_sent=%d dropped=%d\n",
 				now.Sub(start).Round(time.Second),
 				rate(cur.Attempts, prev.Attempts), rate(cur.Acquired, prev.Acquired), rate(cur.Refused, prev.Refused),
 				rate(cur.TimedOut, prev.TimedOut), rate(cur.Errors, prev.Errors),

@@ -30,7 +30,7 @@ flushes its forced-release events and acknowledges what it has applied.`,
 			sc.collector.define(f, collector.DefaultStuckAfter)
 			lc.define(f)
 			return func(ctx context.Context, env *Env, _ []string) error {
-				if _, err := sc.collector.aggregatorConfig(); err != nil {
+				if err := sc.validate(); err != nil {
 					return err
 				}
 				log, err := lc.logger(env)

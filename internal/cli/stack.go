@@ -41,7 +41,7 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", collector.DefaultMaxKeys, "most keys the collector keeps state for")
 	f.String(&c.group, "group", "LOCKSCOPE_GROUP", collector.DefaultGroup, "consumer group on the event stream (replicas that must each see every event need their own)")
 	f.String(&c.consumer, "consumer", "LOCKSCOPE_CONSUMER", "", "consumer name within the group (default <hostname>-<pid>)")
-	f.Duration(&c.backfill, "backfill", "LOCKSCOPE_BACKFILL", collector.DefaultBackfill, "when the group is first created, also count events this far back")
+	f.Duration(&c.backfill, "backfill", "LOCKSCOPE_BACKFILL", collector.DefaultBackfill, "when the consumer group is first created, also count the events of this last while (negative: only new events)")
 }
 
 func (c *collectorConfig) aggregatorConfig() (collector.Config, error) {
@@ -68,6 +68,21 @@ type dashboardConfig struct {
 func (c *dashboardConfig) define(f *flagSet) {
 	f.Bool(&c.requireAuthForRead, "require-auth-for-read", "LOCKSCOPE_REQUIRE_AUTH_FOR_READ", false, "pages and the GET API need operator credentials too (default: reading is open)")
 	f.List(&c.trustedOrigins, "trusted-origin", "LOCKSCOPE_TRUSTED_ORIGINS", nil, "origins (https://locks.example.com) allowed to POST besides the request's own host, for reverse proxies")
+}
+
+// validate checks the operator settings before anything connects.
+func (c *stackConfig) validate() error {
+	h := c.http
+	switch {
+	case h.password != "" && h.user == "":
+		return &Error{Code: ExitUsage, Err: errors.New("LOCKSCOPE_OPERATOR_PASSWORD needs LOCKSCOPE_OPERATOR_USER (--operator-user)")}
+	case h.user != "" && h.password == "" && h.token == "":
+		return &Error{Code: ExitUsage, Err: errors.New("LOCKSCOPE_OPERATOR_USER needs LOCKSCOPE_OPERATOR_PASSWORD or LOCKSCOPE_OPERATOR_TOKEN")}
+	case c.dashboard.requireAuthForRead && h.user == "" && h.token == "":
+		return &Error{Code: ExitUsage, Err: errors.New("--require-auth-for-read needs operator credentials (LOCKSCOPE_OPERATOR_USER and _PASSWORD, or _TOKEN)")}
+	}
+	_, err := c.collector.aggregatorConfig()
+	return err
 }
 
 // stack is the collector, its metrics and the dashboard on one Redis: what
@@ -107,12 +122,18 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		Backfill: cfg.collector.backfill,
 		Logger:   log,
 	})
+	user, tokenOperator := cfg.http.user, ""
+	if cfg.http.password == "" && cfg.http.token != "" {
+		// A user name with only a token names who holds the token.
+		user, tokenOperator = "", cfg.http.user
+	}
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Owner: "lockscope-dashboard", Logger: log})
 	rel := lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em})
 	h, err := dashboard.New(agg, rel, &dashboard.Options{
-		Username:           cfg.http.user,
+		Username:           user,
 		Password:           cfg.http.password,
 		Token:              cfg.http.token,
+		TokenOperator:      tokenOperator,
 		RequireAuthForRead: cfg.dashboard.requireAuthForRead,
 		TrustedOrigins:     cfg.dashboard.trustedOrigins,
 		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}),
