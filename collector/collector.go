@@ -124,6 +124,7 @@ type Collector struct {
 
 	running     atomic.Bool
 	noInfoShown atomic.Bool
+	staleAfter  time.Duration // staleConsumerAfter; tests shorten it
 	gaps        gapTracker
 
 	// Written by the applier, read by the fetcher when it must recreate
@@ -149,6 +150,8 @@ func New(rdb redis.UniversalClient, agg *Aggregator, opt *Options) *Collector {
 		agg: agg,
 		opt: o,
 		log: o.Logger.With("component", "collector", "stream", o.Stream, "group", o.Group),
+
+		staleAfter: staleConsumerAfter,
 	}
 }
 

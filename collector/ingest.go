@@ -297,9 +297,36 @@ func (c *Collector) claim(ctx context.Context, out chan<- batch) error {
 			out <- batch{msgs: msgs, claimed: true, gen: gen}
 		}
 		if next == "0-0" || next == "" || next == start {
+			c.forgetStaleConsumers(ctx)
 			return nil
 		}
 		start = next
+	}
+}
+
+// staleConsumerAfter is how long a consumer with nothing pending must have
+// been silent before it is removed from the group. Every collector restart
+// with the default Consumer name leaves one behind.
+const staleConsumerAfter = time.Hour
+
+// forgetStaleConsumers removes consumers that hold nothing and have been idle
+// for staleConsumerAfter. Best effort: a user without XINFO CONSUMERS or
+// XGROUP DELCONSUMER merely keeps the clutter.
+func (c *Collector) forgetStaleConsumers(ctx context.Context) {
+	cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, c.opt.Group).Result()
+	if err != nil {
+		return
+	}
+	for _, x := range cs {
+		if x.Name == c.opt.Consumer || x.Pending > 0 || x.Idle < c.staleAfter {
+			continue
+		}
+		// A live collector polls every Block, which resets its idle
+		// time: one silent for an hour is gone, and cannot read
+		// between XINFO and DELCONSUMER.
+		if n, err := c.rdb.XGroupDelConsumer(ctx, c.opt.Stream, c.opt.Group, x.Name).Result(); err == nil {
+			c.log.Info("removed idle consumer from the group", "consumer", x.Name, "idle", x.Idle.Round(time.Second), "pending", n)
+		}
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 var collectorACL = []any{
 	"resetkeys", "~lockscope:events", "%R~lock:*",
 	"resetchannels", "&__keyevent@0__:expired", "&__keyspace@0__:lock:*",
-	"-@all", "+xreadgroup", "+xack", "+xautoclaim", "+xinfo|stream", "+xinfo|groups", "+xgroup|create",
+	"-@all", "+xreadgroup", "+xack", "+xautoclaim", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers", "+xgroup|create", "+xgroup|delconsumer",
 	"+time", "+info", "+ping", "+psubscribe", "+punsubscribe", "+get", "+pttl", "+scan",
 }
 

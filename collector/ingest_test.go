@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -596,5 +597,47 @@ func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
 	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
 	if got := eventsTotal(agg); got != entries*per {
 		t.Errorf("EventsTotal = %d, want %d", got, entries*per)
+	}
+}
+
+func TestIngestForgetsStaleConsumers(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, DefaultGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gone-idle", "gone-pending"} {
+		if err := rdb.XGroupCreateConsumer(ctx, stream, DefaultGroup, name).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "a"}, 1, time.Now()))
+	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: "gone-pending", Streams: []string{stream, ">"}, Block: -1}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := New(rdb, NewAggregator(Config{}), &Options{Stream: stream, Consumer: "me"})
+	names := func() []string {
+		cs, err := rdb.XInfoConsumers(ctx, stream, DefaultGroup).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, x := range cs {
+			out = append(out, x.Name)
+		}
+		return out
+	}
+	c.forgetStaleConsumers(ctx)
+	if got := names(); !slices.Equal(got, []string{"gone-idle", "gone-pending"}) {
+		t.Errorf("consumers after a check with none idle for an hour = %q, want both kept", got)
+	}
+	// An hour of idleness without waiting an hour.
+	c.staleAfter = 0
+	c.forgetStaleConsumers(ctx)
+	if got := names(); !slices.Equal(got, []string{"gone-pending"}) {
+		t.Errorf("consumers after the check = %q, want only the one with a pending entry kept", got)
 	}
 }
