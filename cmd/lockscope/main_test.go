@@ -23,18 +23,31 @@ import (
 // These tests build the lockscope binary and drive it as a user would: flags,
 // environment, stdin, signals, exit codes, HTTP.
 
-var binary string
+var (
+	binDir    string
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
+)
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lockscope-bin-")
-	if err != nil {
+	var err error
+	if binDir, err = os.MkdirTemp("", "lockscope-bin-"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := func() int {
-		defer os.RemoveAll(dir)
-		binary = filepath.Join(dir, "lockscope")
-		args := []string{"build", "-o", binary}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+// lockscopeBinary builds the binary on first use (not in TestMain, so that
+// listing the tests costs no build).
+func lockscopeBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		bin := filepath.Join(binDir, "lockscope")
+		args := []string{"build", "-o", bin}
 		if raceEnabled {
 			args = append(args, "-race")
 		}
@@ -44,12 +57,15 @@ func TestMain(m *testing.M) {
 		}
 		out, err := exec.Command(goTool, append(args, ".")...).CombinedOutput()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-			return 1
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
-		return m.Run()
-	}()
-	os.Exit(code)
+		binary = bin
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binary
 }
 
 // syncBuffer is a bytes.Buffer safe to read while the process writes it.
@@ -99,7 +115,7 @@ func environ(env []string) []string {
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, args: args, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(lockscopeBinary(t), args...)
 	p.cmd.Env = environ(env)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
