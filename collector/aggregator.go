@@ -14,6 +14,32 @@ import (
 // Aggregator turns lock events into metrics, hot keys and per-key state, and
 // answers the Querier interface.
 //
+// # What the figures mean
+//
+//   - Contention: an acquisition that needed more than one attempt, or a
+//     failed obtain with reason "held" (a single try refused). Waiting for a
+//     few microseconds of Redis round trip is not contention; a retry is.
+//   - Waiters: the library reports a wait only when it ends (acquired or
+//     failed), so nobody can know who is waiting right now. The waiter
+//     figures are the mean number of concurrent waiters over the last
+//     minute, by Little's law from completed waits, each wait spread over
+//     the time it covered. A caller still waiting shows up when it finishes.
+//   - Stuck: held longer than StuckAfter (or the class's override). The
+//     wire carries no maximum hold, so the threshold is the maximum hold
+//     operators expect; a hold renewing past it is stuck.
+//   - Expired while held: a hold ends once, by the first of: its release,
+//     a forced release, a lost event (an expiration if it came after the
+//     TTL), an expired event, a keyspace notification (KeyExpired), or Tick
+//     finding the TTL lapsed more than ExpiryGrace ago. An acquisition by
+//     another lease after the old hold's TTL parks the old hold until its
+//     late end event (if it came from before the TTL) or the grace decides.
+//     A renewal after a declared expiry revives the hold; the counter keeps
+//     its count.
+//   - Handoff: an acquisition by a different owner than the key's previous
+//     owner (remembered while the key is tracked).
+//   - Hold time is observed once per hold, when it ends; a not_owner
+//     release (the hold had already ended) adds nothing.
+//
 // # Locking
 //
 // Writers (Apply, Tick, KeyExpired) serialise on mu and, inside it, take the
@@ -232,8 +258,21 @@ func (a *Aggregator) classLocked(name string) *classState {
 
 // internLocked returns a long-lived copy of s, shared between records.
 func (a *Aggregator) internLocked(s string) string {
-	if s == "" {
+	switch s {
+	case "":
 		return ""
+	case event.ReasonTimeout:
+		return event.ReasonTimeout
+	case event.ReasonCanceled:
+		return event.ReasonCanceled
+	case event.ReasonError:
+		return event.ReasonError
+	case event.ReasonHeld:
+		return event.ReasonHeld
+	case event.ReasonNotOwner:
+		return event.ReasonNotOwner
+	case event.ReasonMaxHold:
+		return event.ReasonMaxHold
 	}
 	if len(s) > maxStoredLen {
 		s = s[:maxStoredLen]
@@ -331,7 +370,10 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 	sh.mu.Lock()
 	k := a.keyLocked(sh, e.Key)
 	c := k.class
-	owner := a.internLocked(e.Owner)
+	owner := k.owner
+	if e.Owner != owner {
+		owner = a.internLocked(e.Owner)
+	}
 	lease := leaseOf(k, e.Lease)
 	r := record{ts: ts, typ: e.Type, owner: owner, lease: lease, fence: e.Fence,
 		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30))}
@@ -714,7 +756,7 @@ func (a *Aggregator) Tick() {
 	}
 	for i := range a.keys.shards {
 		sh := &a.keys.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		sh.held.each(func(k *keyState) bool {
 			c := k.class
 			if clock-k.since > int64(c.stuckAfter) {
@@ -725,7 +767,7 @@ func (a *Aggregator) Tick() {
 			}
 			return true
 		})
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -134,6 +135,10 @@ type lockCand struct {
 	a, b int64
 }
 
+// candPool recycles candidate slices: a query over 100 000 keys would
+// otherwise allocate megabytes each time.
+var candPool = sync.Pool{New: func() any { return new([]lockCand) }}
+
 // Locks returns one page of tracked keys matching q.
 func (a *Aggregator) Locks(q LockQuery) LockPage {
 	limit := q.Limit
@@ -148,7 +153,12 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 	}
 	now, clock := a.clocks()
 
-	var cands []lockCand
+	buf := candPool.Get().(*[]lockCand)
+	defer func() {
+		clear(*buf) // drop key references before pooling
+		candPool.Put(buf)
+	}()
+	cands := (*buf)[:0]
 	consider := func(k *keyState) bool {
 		if q.Class != "" && k.class.name != q.Class {
 			return true
@@ -177,7 +187,7 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 	}
 	for i := range a.keys.shards {
 		sh := &a.keys.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		if q.HeldOnly {
 			sh.held.each(consider)
 		} else {
@@ -185,8 +195,9 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 				consider(k)
 			}
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
+	*buf = cands
 
 	var less func(x, y lockCand) int
 	if sortBy == SortKey {
@@ -215,11 +226,11 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 	page.Locks = make([]LockInfo, 0, len(top))
 	for _, c := range top {
 		sh := a.keys.shardOf(c.key)
-		sh.mu.RLock()
+		sh.mu.Lock()
 		if k := sh.m[c.key]; k != nil {
 			page.Locks = append(page.Locks, infoLocked(k, now, clock))
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	return page
 }
@@ -277,8 +288,8 @@ func selectTop(cands []lockCand, n int, less func(x, y lockCand) int) []lockCand
 func (a *Aggregator) Lock(key string) (KeyDetail, bool) {
 	now, clock := a.clocks()
 	sh := a.keys.shardOf(key)
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
 	k := sh.m[key]
 	if k == nil {
 		return KeyDetail{}, false
@@ -300,14 +311,14 @@ func (a *Aggregator) Stuck() []LockInfo {
 	var out []LockInfo
 	for i := range a.keys.shards {
 		sh := &a.keys.shards[i]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		sh.held.each(func(k *keyState) bool {
 			if clock-k.since > int64(k.class.stuckAfter) {
 				out = append(out, infoLocked(k, now, clock))
 			}
 			return true
 		})
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	slices.SortFunc(out, func(x, y LockInfo) int {
 		if c := x.Since.Compare(y.Since); c != 0 {

@@ -183,7 +183,10 @@ type keyStats struct {
 // shard is one slice of the key space with its own lock, so a reader
 // scanning keys holds up ingestion for one shard's worth of work at most.
 type shard struct {
-	mu   sync.RWMutex
+	// mu is a plain Mutex: ingestion takes it once per event and an
+	// RWMutex costs two more atomic operations each time; readers are few
+	// and brief, so sharing among them gains little.
+	mu   sync.Mutex
 	m    map[string]*keyState
 	held list // keys held now
 	idle list // keys not held, most recently active at the front

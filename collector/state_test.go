@@ -3,10 +3,12 @@ package collector
 import (
 	"fmt"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/lockscope/lockscope/event"
@@ -436,13 +438,23 @@ func TestEvictionBoundsKeys(t *testing.T) {
 		return ms.HeapAlloc
 	}
 	batch := make([]event.Event, 1000)
+	// Keys live in one arena overwritten by every batch, as decoded events
+	// share the stream entry's memory: the aggregator must clone what it
+	// keeps (a stale alias would show up as corrupted keys below).
+	arena := make([]byte, 0, 64*len(batch))
 	stream := func(from, to int) {
 		for i := from; i < to; i += len(batch) {
+			arena = arena[:0]
 			for j := range batch {
 				n := i + j
-				key := fmt.Sprintf("tenant-%d:job:%d", n%500, n)
+				start := len(arena)
+				arena = append(arena, "tenant-"...)
+				arena = strconv.AppendInt(arena, int64(n%500), 10)
+				arena = append(arena, ":job:"...)
+				arena = strconv.AppendInt(arena, int64(n), 10)
+				key := unsafe.String(&arena[start], len(arena)-start)
 				switch {
-				case n%8 == 0:
+				case n%64 == 0:
 					// Held without a TTL, never released: only eviction
 					// of held keys bounds these.
 					batch[j] = acquired(key, "owner", "lease", 0, time.Millisecond, 1+n%3, 0)
@@ -456,7 +468,9 @@ func TestEvictionBoundsKeys(t *testing.T) {
 			a.Apply(batch)
 			a.Apply([]event.Event{renewed("keep:1", "A", "L", clk.Now().Sub(aggT0), time.Minute)})
 			clk.Add(20 * time.Second) // the first 200k keys already fill an hour of hot-key buckets
-			a.Tick()
+			if i%(10*len(batch)) == 0 {
+				a.Tick()
+			}
 		}
 	}
 	before := heap()
@@ -469,6 +483,14 @@ func TestEvictionBoundsKeys(t *testing.T) {
 	}
 	if _, ok := a.Lock("keep:1"); !ok {
 		t.Errorf("held key keep:1 was evicted")
+	}
+	for _, l := range a.Locks(LockQuery{Limit: maxPageSize}).Locks {
+		if l.Key != "keep:1" && !strings.HasPrefix(l.Key, "tenant-") {
+			t.Fatalf("tracked key %q: not a key that was applied (aliased memory?)", l.Key)
+		}
+		if d, ok := a.Lock(l.Key); ok && d.Key != l.Key {
+			t.Fatalf("Lock(%q).Key = %q", l.Key, d.Key)
+		}
 	}
 	if got := len(a.Classes()); got > DefaultMaxClasses+1 {
 		t.Errorf("classes = %d, want at most %d", got, DefaultMaxClasses+1)

@@ -1,0 +1,128 @@
+package collector
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// benchWorkload returns n events of a realistic mix over keys distinct keys
+// in 20 classes: each hold is acquired (a third after retries), renewed
+// now and then and released; some tries are refused and some obtains time
+// out. Timestamps advance 10 µs per event.
+func benchWorkload(n, keys int) []event.Event {
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = fmt.Sprintf("svc%d:order:%d", i%20, i)
+	}
+	owners := []string{"api/host-1/101", "api/host-2/202", "worker/host-3/303", "worker/host-4/404"}
+	out := make([]event.Event, 0, n)
+	ts := aggT0.UnixNano()
+	for i := 0; len(out) < n; i++ {
+		key := names[(i*7919)%keys]
+		owner := owners[i%len(owners)]
+		lease := fmt.Sprintf("lease-%d", i)
+		ts += 10_000
+		att := 1 + (i%3)/2
+		out = append(out, event.Event{Type: event.Acquired, Key: key, Owner: owner, Lease: lease, TS: ts,
+			Wait: time.Duration(200+i%5000) * time.Microsecond, Attempts: att, TTL: 10 * time.Second})
+		if i%4 == 0 {
+			out = append(out, event.Event{Type: event.Renewed, Key: key, Owner: owner, Lease: lease, TS: ts + 5000, TTL: 10 * time.Second})
+		}
+		switch i % 10 {
+		case 0:
+			out = append(out, event.Event{Type: event.Failed, Key: key, Owner: owners[(i+1)%4], TS: ts + 6000,
+				Wait: 300 * time.Microsecond, Attempts: 1, Reason: event.ReasonHeld, Holder: owner})
+		case 5:
+			out = append(out, event.Event{Type: event.Failed, Key: key, Owner: owners[(i+2)%4], TS: ts + 6000,
+				Wait: 2 * time.Second, Attempts: 20, Reason: event.ReasonTimeout})
+		}
+		out = append(out, event.Event{Type: event.Released, Key: key, Owner: owner, Lease: lease, TS: ts + 8000,
+			Hold: time.Duration(1+i%900) * time.Millisecond})
+	}
+	return out[:n]
+}
+
+// BenchmarkApply measures aggregation per event (metrics included) on a
+// realistic mix over 10 000 keys, in batches as the ingest loop applies
+// them, with Tick every 100 ms of event time.
+func BenchmarkApply(b *testing.B) {
+	evs := benchWorkload(1<<16, 10_000)
+	a, clk := newTestAggregator(b, Config{})
+	const batch = 256
+	// Warm up: every key and class exists, the rings have grown.
+	for i := 0; i < len(evs); i += batch {
+		a.Apply(evs[i:min(i+batch, len(evs))])
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for i := 0; i < b.N; i++ {
+		off := (i * batch) % len(evs)
+		chunk := evs[off:min(off+batch, len(evs))]
+		clk.Add(2560 * time.Microsecond) // 10 µs per event, as the workload's timestamps
+		a.Apply(chunk)
+		n += len(chunk)
+		if i%40 == 0 {
+			a.Tick()
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkLocksPage measures one keys-page query over 100 000 tracked keys
+// of which 10 000 are held.
+func BenchmarkLocksPage(b *testing.B) {
+	a, clk := newTestAggregator(b, Config{})
+	clk.Set(aggT0.Add(time.Hour))
+	var evs []event.Event
+	for i := range 100_000 {
+		key := fmt.Sprintf("page:%d:item", i)
+		lease := fmt.Sprint(i)
+		evs = append(evs, event.Event{Type: event.Acquired, Key: key, Owner: "o", Lease: lease, TS: aggT0.UnixNano(),
+			Wait: time.Duration(i) * time.Microsecond, Attempts: 1 + i%3, TTL: time.Hour})
+		if i%10 != 0 {
+			evs = append(evs, event.Event{Type: event.Released, Key: key, Owner: "o", Lease: lease, TS: aggT0.UnixNano(), Hold: time.Millisecond})
+		}
+	}
+	a.Apply(evs)
+	queries := []struct {
+		name string
+		q    LockQuery
+	}{
+		{"contentions", LockQuery{}},
+		{"held-by-hold", LockQuery{HeldOnly: true, Sort: SortHold}},
+		{"search", LockQuery{Search: "99", Sort: SortWait}},
+		{"deep-page-by-key", LockQuery{Sort: SortKey, Offset: 50_000, Limit: 50}},
+	}
+	for _, q := range queries {
+		b.Run(q.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if p := a.Locks(q.q); len(p.Locks) == 0 {
+					b.Fatalf("Locks(%+v) returned nothing", q.q)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkHotKeys measures a 5-minute hot-key query with full sketches.
+func BenchmarkHotKeys(b *testing.B) {
+	a, clk := newTestAggregator(b, Config{})
+	for s := range 31 {
+		var evs []event.Event
+		for i := range 3000 {
+			evs = append(evs, failed(fmt.Sprintf("hk:%d", (i*31+s)%50_000), "o", 0, time.Millisecond, 1, event.ReasonHeld))
+		}
+		a.Apply(evs)
+		clk.Add(seriesStep)
+	}
+	b.ReportAllocs()
+	for range b.N {
+		a.HotKeys(5*time.Minute, ByContentions, 10)
+	}
+}
