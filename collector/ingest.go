@@ -37,9 +37,10 @@ type batch struct {
 // is cancelled.
 const ackTimeout = 5 * time.Second
 
-// maxUnacked bounds the applied entries whose XACK failed and is retried; past
-// it the oldest are forgotten (claimed and applied again by the next
-// collector, never lost).
+// maxUnacked bounds the applied entries whose XACK failed and is retried.
+// Past it the oldest are forgotten: never lost, but a later claim may apply
+// them twice. Unreachable in practice: while XACK fails so do reads, and no
+// more than two reads (128 entries) are in flight.
 const maxUnacked = 1 << 16
 
 func (c *Collector) ingest(ctx context.Context) {
