@@ -18,6 +18,11 @@ func (l *Lease) startRenewal() {
 	go l.renewLoop(stop)
 }
 
+type refreshResult struct {
+	ok  bool
+	err error
+}
+
 func (l *Lease) renewLoop(stop <-chan struct{}) {
 	l.mu.Lock()
 	interval := l.ttl / 3
@@ -39,15 +44,40 @@ func (l *Lease) renewLoop(stop <-chan struct{}) {
 		l.mu.Unlock()
 		interval = ttl / 3
 
-		// One renewal may take at most one interval, so that a hung server
-		// still leaves time for another try before the TTL lapses.
-		ctx, cancel := context.WithTimeout(context.Background(), interval)
+		// The refresh runs on its own goroutine so that the loop can give
+		// up at validUntil even when the call cannot be interrupted (a hung
+		// server, a client without ContextTimeoutEnabled): past that point
+		// the lock may belong to someone else, and the work must stop.
 		at := time.Now()
-		ok, err := l.refresh(ctx, ttl)
-		cancel()
+		ctx, cancel := context.WithDeadline(context.Background(), validUntil)
+		done := make(chan refreshResult, 1)
+		go func() {
+			ok, err := l.refresh(ctx, ttl)
+			done <- refreshResult{ok, err}
+		}()
+		t.Reset(time.Until(validUntil))
+		var r refreshResult
+		select {
+		case <-stop:
+			cancel()
+			return
+		case <-t.C:
+			cancel()
+			l.lose(event.ReasonError)
+			return
+		case r = <-done:
+			cancel()
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+
 		next := interval
 		switch {
-		case err != nil:
+		case r.err != nil:
 			if l.c.rec != nil {
 				e := l.event(event.RenewFailed)
 				e.Reason = event.ReasonError
@@ -59,7 +89,7 @@ func (l *Lease) renewLoop(stop <-chan struct{}) {
 				return
 			}
 			next = min(interval, left) / 2 // transient: try again sooner
-		case !ok:
+		case !r.ok:
 			l.lose(event.ReasonNotOwner)
 			return
 		default:
