@@ -185,12 +185,12 @@ func (s *Simulator) crash(ctx context.Context) {
 }
 
 // pause is a ledger sync whose lock renews in the background while it
-// works, until the whole process freezes for longer than the TTL (a
-// stop-the-world GC, a VM migration, SIGSTOP): the renewer freezes too. The
-// lock expires and a second replica takes it over. When the process thaws,
-// the renewal that was due goes out, finds another owner, and the lease is
-// lost (a lost event, its context cancelled): the sync aborts rather than
-// write under a lock it no longer holds.
+// works, until its process freezes for longer than the TTL (a stop-the-world
+// GC, a VM migration, SIGSTOP): its Redis connections freeze, so the renewal
+// that is due cannot get through. The lock expires and a second replica
+// takes it over. The lease notices the loss (a lost event, its context
+// cancelled) and the sync aborts rather than write under a lock it no longer
+// holds.
 func (s *Simulator) pause(ctx context.Context) {
 	if !sleep(ctx, s.scaled(5*time.Second)) {
 		return
@@ -217,7 +217,7 @@ func (s *Simulator) paused(ctx context.Context, l *lock.Lease, ttl time.Duration
 	defer s.stall.resume()
 	noticed := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { s.takeOver(ctx, l.Key(), ttl, noticed) })
+	wg.Go(func() { s.takeOver(ctx, l.Key(), ttl, freeze, noticed) })
 	defer wg.Wait()
 	defer close(noticed)
 
@@ -227,7 +227,7 @@ func (s *Simulator) paused(ctx context.Context, l *lock.Lease, ttl time.Duration
 		s.release(l)
 		return
 	}
-	// Thawed: the renewal that was due finds the lock taken over.
+	// Thawed: the lease knows the lock is gone.
 	t := time.NewTimer(ttl)
 	defer t.Stop()
 	select {
@@ -244,9 +244,10 @@ func (s *Simulator) paused(ctx context.Context, l *lock.Lease, ttl time.Duration
 }
 
 // takeOver is the second ledger replica: it waits for the frozen one's lock
-// to expire, takes it and holds it until the frozen one has noticed.
-func (s *Simulator) takeOver(ctx context.Context, key string, ttl time.Duration, noticed <-chan struct{}) {
-	wctx, cancel := context.WithTimeout(ctx, 2*ttl)
+// to expire (at most while the freeze lasts), takes it and holds it until
+// the frozen one has noticed.
+func (s *Simulator) takeOver(ctx context.Context, key string, ttl, freeze time.Duration, noticed <-chan struct{}) {
+	wctx, cancel := context.WithTimeout(ctx, freeze)
 	l := s.obtain(wctx, key, ttl*4, &lock.ObtainOptions{
 		Retry: lock.LinearBackoff(max(ttl/20, time.Millisecond)),
 		Owner: "ledger-sync/pod-2",
