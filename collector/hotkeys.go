@@ -195,9 +195,11 @@ func mergeSketches(srcs []frozenSketch, capacity int) frozenSketch {
 	out := frozenSketch{floor: floorSum}
 	if len(acc) > capacity {
 		out.floor = max(floorSum, acc[capacity].count)
-		acc = acc[:capacity:capacity]
+		acc = acc[:capacity]
 	}
-	out.ents = acc
+	// A fresh slice of the exact size: the merge buffer is several
+	// sketches large and minute buckets are kept for an hour.
+	out.ents = slices.Clone(acc)
 	return out
 }
 
