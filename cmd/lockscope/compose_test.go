@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -381,5 +382,89 @@ func TestDockerfile(t *testing.T) {
 				t.Errorf(".dockerignore excludes %s, which the build needs", needed)
 			}
 		}
+	}
+}
+
+// dockerIgnored reports whether rel (slash-separated, relative to the build
+// context) is excluded by one of the .dockerignore patterns. It covers the
+// forms the file uses: names and globs anchored at the root, "/x", and
+// "**/x" for any depth; a match on a directory excludes what is under it.
+func dockerIgnored(patterns []string, rel string) bool {
+	for _, p := range patterns {
+		p = strings.TrimPrefix(p, "/")
+		anyDepth := strings.HasPrefix(p, "**/")
+		p = strings.TrimPrefix(p, "**/")
+		parts := strings.Split(rel, "/")
+		for start := range parts {
+			if start > 0 && !anyDepth {
+				break
+			}
+			for end := start + 1; end <= len(parts); end++ {
+				if ok, _ := filepath.Match(p, strings.Join(parts[start:end], "/")); ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// The Docker build context, .dockerignore applied, still holds every file
+// the binary's packages need (sources, Lua scripts, embedded assets).
+func TestDockerBuildContextIsComplete(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile(filepath.Join(repoRoot, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, line)
+		}
+	}
+	if !dockerIgnored(patterns, ".git/config") || !dockerIgnored(patterns, "event/testdata/fuzz/FuzzDecode/x") || dockerIgnored(patterns, "lock/obtain.lua") {
+		t.Fatalf("dockerIgnored does not read %v as Docker would", patterns)
+	}
+	ctxDir := t.TempDir()
+	root, _ := filepath.Abs(repoRoot)
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		if rel == "." {
+			return nil
+		}
+		if dockerIgnored(patterns, rel) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		dst := filepath.Join(ctxDir, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-e", "-deps",
+		"-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}{{range .DepsErrors}}{{.}}{{end}}", "./cmd/lockscope")
+	cmd.Dir = ctxDir
+	cmd.Env = append(environ(nil), "GOFLAGS=-mod=readonly")
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("go list ./cmd/lockscope in the Docker build context: %v\n%s", err, out)
 	}
 }
