@@ -238,7 +238,7 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 // selectTop returns the first n of cands in order less, sorted. For a small
 // n out of many it keeps a bounded heap instead of sorting everything.
 func selectTop(cands []lockCand, n int, less func(x, y lockCand) int) []lockCand {
-	if n >= len(cands) || n*8 >= len(cands) {
+	if n*2 >= len(cands) {
 		slices.SortFunc(cands, less)
 		return cands[:min(n, len(cands))]
 	}
