@@ -1,0 +1,387 @@
+package reliability
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/cli"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// The ACL lines are read from docs/acl.md, verbatim, so the documentation
+// and what is tested cannot drift apart.
+const aclDoc = "../../docs/acl.md"
+
+// aclLine is one "ACL SETUSER" line of the document.
+type aclLine struct {
+	user   string
+	tokens []string // everything after the user name
+}
+
+// perms returns the indexes of the tokens that grant something: commands,
+// key patterns and channels. Each must be needed.
+func (l aclLine) perms() []int {
+	var out []int
+	for i, tok := range l.tokens {
+		switch tok[0] {
+		case '+', '~', '%', '&':
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+func (l aclLine) password() string {
+	for _, tok := range l.tokens {
+		if strings.HasPrefix(tok, ">") {
+			return tok[1:]
+		}
+	}
+	return ""
+}
+
+// without returns the line for user name with token i removed (-1: none).
+func (l aclLine) without(name string, i int) aclLine {
+	out := aclLine{user: name}
+	for j, tok := range l.tokens {
+		if j != i {
+			out.tokens = append(out.tokens, tok)
+		}
+	}
+	return out
+}
+
+func (l aclLine) apply(ctx context.Context, admin *redis.Client) error {
+	args := []any{"ACL", "SETUSER", l.user}
+	for _, tok := range l.tokens {
+		args = append(args, tok)
+	}
+	return admin.Do(ctx, args...).Err()
+}
+
+// readACLDoc returns the document's ACL SETUSER lines by user, in order.
+func readACLDoc(t *testing.T) map[string][]aclLine {
+	t.Helper()
+	f, err := os.Open(aclDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := make(map[string][]aclLine)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || fields[0] != "ACL" || fields[1] != "SETUSER" {
+			continue
+		}
+		out[fields[2]] = append(out[fields[2]], aclLine{user: fields[2], tokens: fields[3:]})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"app", "lockscope-collector", "lockscope-operator"} {
+		if len(out[u]) == 0 {
+			t.Fatalf("%s has no ACL SETUSER line for user %q", aclDoc, u)
+		}
+	}
+	return out
+}
+
+func userClient(srv *redistest.Server, user, password string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: user, Password: password,
+		MaxRetries: -1, ContextTimeoutEnabled: true})
+}
+
+// checkMinimal applies the full lines and checks that capability works,
+// then removes each permission of line `strip` in turn and checks that it
+// fails: every permission documented is needed.
+func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip int, parallel bool, capability func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error) {
+	t.Helper()
+	admin := srv.Client(t)
+	variant := func(name string, drop int) error {
+		ctx := testCtx(t, 30*time.Second)
+		for i, l := range lines {
+			d := -1
+			if i == strip {
+				d = drop
+			}
+			if err := l.without(name, d).apply(ctx, admin); err != nil {
+				t.Fatalf("ACL SETUSER %s: %v", name, err)
+			}
+		}
+		rdb := userClient(srv, name, lines[0].password())
+		defer rdb.Close()
+		return capability(ctx, t, name, rdb)
+	}
+	t.Run("as documented", func(t *testing.T) {
+		if parallel {
+			t.Parallel()
+		}
+		if err := variant(fmt.Sprintf("%s-%d-full", lines[0].user, strip), -1); err != nil {
+			t.Errorf("with the documented ACL: %v", err)
+		}
+	})
+	for n, i := range lines[strip].perms() {
+		tok := lines[strip].tokens[i]
+		t.Run("without "+tok, func(t *testing.T) {
+			if parallel {
+				// Scripts loaded by one variant would let another run
+				// them without +eval: script checks run one at a time.
+				t.Parallel()
+			}
+			if err := variant(fmt.Sprintf("%s-%d-without-%d", lines[0].user, strip, n), i); err == nil {
+				t.Errorf("still works without %q: the documented line grants more than needed", tok)
+			} else {
+				t.Logf("fails as it should: %v", firstLine(err.Error()))
+			}
+		})
+	}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// startACLServer starts a Redis whose administrator has set
+// notify-keyspace-events, as docs/acl.md asks (the collector's user may not).
+func startACLServer(t *testing.T) *redistest.Server {
+	return redistest.Start(t, redistest.Options{Notify: "KEg$x"})
+}
+
+// TestACLApplications: the lock library works with the "app" user of
+// docs/acl.md, every lock operation (with and without fencing, for the three
+// forms of fence keys) and the emitter, and needs every permission it has.
+func TestACLApplications(t *testing.T) {
+	t.Parallel()
+	srv := startACLServer(t)
+	admin := srv.Client(t)
+	checkMinimal(t, srv, readACLDoc(t)["app"], 0, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+		// A restarted server knows no scripts: the EVAL fallback must work.
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			return err
+		}
+		em := lock.NewEmitter(rdb, nil)
+		defer em.Close(context.Background())
+		c := lock.New(rdb, &lock.Options{Owner: user, Recorder: em})
+		other := lock.New(rdb, &lock.Options{Owner: "other"})
+		keys := []string{
+			"app:job:" + user,        // fence key lockscope:fence:{app:job:...}
+			"app:{" + user + "}:run", // hash tag: lockscope:fence:t:app:{...}:run
+			"app:a}b:" + user,        // braces without a tag: lockscope:fence:s:{..}app:...
+		}
+		for i, key := range keys {
+			l, err := c.Obtain(ctx, key, 10*time.Second, &lock.ObtainOptions{Fencing: i < len(keys)})
+			if err != nil {
+				return fmt.Errorf("Obtain(%q): %w", key, err)
+			}
+			if l.Fence() <= 0 {
+				return fmt.Errorf("Obtain(%q) fence = %d, want > 0", key, l.Fence())
+			}
+			// Contention: the obtain script reads the holder and its PTTL.
+			_, h, err := other.Try(ctx, key, time.Second, nil)
+			if !errors.Is(err, lock.ErrNotObtained) || h == nil || h.TTL <= 0 {
+				return fmt.Errorf("Try(%q) on a held lock = %+v, %v; want the holder and its TTL", key, h, err)
+			}
+			if err := l.Refresh(ctx, 20*time.Second); err != nil {
+				return fmt.Errorf("Refresh(%q): %w", key, err)
+			}
+			if ttl, err := l.TTL(ctx); err != nil || ttl <= 10*time.Second {
+				return fmt.Errorf("TTL(%q) = %v, %v; want > 10s after Refresh", key, ttl, err)
+			}
+			if err := l.Release(ctx); err != nil {
+				return fmt.Errorf("Release(%q): %w", key, err)
+			}
+		}
+		if _, err := c.Obtain(ctx, "app:plain:"+user, time.Second, nil); err != nil {
+			return fmt.Errorf("Obtain without fencing: %w", err)
+		}
+		if err := em.Flush(ctx); err != nil {
+			return fmt.Errorf("emitter: %w", err)
+		}
+		if st := em.Stats(); st.Sent == 0 || st.Dropped != 0 {
+			return fmt.Errorf("emitter stats %+v, want events sent and none dropped", st)
+		}
+		return nil
+	})
+}
+
+// TestACLCollector: the collector works with the "lockscope-collector" user
+// of docs/acl.md: it creates its group, reads and acknowledges, claims,
+// reports lag, and confirms expirations through notifications; with the
+// passive-watch line it also follows other libraries' locks. Every
+// permission of both lines is needed.
+func TestACLCollector(t *testing.T) {
+	t.Parallel()
+	srv := startACLServer(t)
+	admin := srv.Client(t)
+	lines := readACLDoc(t)["lockscope-collector"]
+	if len(lines) != 2 {
+		t.Fatalf("%s has %d lines for lockscope-collector, want 2 (stream, passive watch)", aclDoc, len(lines))
+	}
+	t.Run("stream", func(t *testing.T) {
+		t.Parallel()
+		checkMinimal(t, srv, lines[:1], 0, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+			return collectorCapability(ctx, t, admin, user, rdb, false)
+		})
+	})
+	t.Run("watch", func(t *testing.T) {
+		t.Parallel()
+		checkMinimal(t, srv, lines, 1, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+			return collectorCapability(ctx, t, admin, user, rdb, true)
+		})
+	})
+}
+
+// collectorCapability runs a collector as user until everything it should
+// do has been seen, or for 4s, and reports what did not happen.
+func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client, user string, rdb *redis.Client, watch bool) error {
+	const stream = event.DefaultStream
+	group := "g-" + user
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("PING (serve's start-up check): %w", err)
+	}
+	xadd := func(key string, ttl time.Duration) {
+		e := event.Event{Type: event.Acquired, Key: key, Owner: "app", Lease: key, TS: time.Now().UnixNano(), TTL: ttl}
+		if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.AppendFields(nil, &e)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Written before the collector starts: the group's backfill counts it.
+	backfilled := "app:col:" + user
+	xadd(backfilled, time.Hour)
+	// Held before the collector starts: only the rescan can find it.
+	pre, live := "lock:pre:"+user, "lock:live:"+user
+	if watch {
+		admin.Set(ctx, pre, "py-pre", time.Minute)
+	}
+
+	agg, reg := newAggregator(t, collector.Config{})
+	// Entries of a dead consumer stay pending for the whole check.
+	opt := &collector.Options{Stream: stream, Group: group, Consumer: "c", ClaimMinIdle: time.Hour, Logger: quietLog()}
+	if watch {
+		opt.Watch = []string{"lock:*"}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- collector.New(rdb, agg, opt).Run(cctx) }()
+	defer func() { cancel(); <-done }()
+
+	passive := func(key, owner string) bool {
+		l, ok := agg.Lock(key)
+		return ok && l.Held && l.Passive && l.Owner == owner && l.TTL > 0 && l.TTL <= time.Minute
+	}
+	var problems []string
+	deadline := time.Now().Add(4 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		// A lock that expires while held: a notification confirms it.
+		exp := fmt.Sprintf("app:exp:%s:%d", user, i)
+		xadd(exp, 150*time.Millisecond)
+		admin.Set(ctx, exp, "v", 150*time.Millisecond)
+		if watch && i == 2 {
+			admin.Set(ctx, live, "py-live", time.Minute)
+		}
+		if i == 2 {
+			// Another consumer of the group reads an entry and dies. In one
+			// transaction, so the collector's blocked read cannot take it.
+			pipe := admin.TxPipeline()
+			pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: []string{"v", "1", "type", "acquired", "key", "app:dead"}})
+			pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "dead", Streams: []string{stream, ">"}, Count: 1, Block: -1})
+			pipe.Exec(ctx) // NOGROUP when the collector could not create it
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+
+		problems = problems[:0]
+		if err := agg.Health(); err != nil {
+			problems = append(problems, "health: "+err.Error())
+		}
+		if l, ok := agg.Lock(backfilled); !ok || !l.Held {
+			problems = append(problems, "the backfilled event was not applied")
+		}
+		if p, err := admin.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Consumer: "c", Start: "-", End: "+", Count: 10}).Result(); err != nil || len(p) != 0 {
+			problems = append(problems, fmt.Sprintf("entries left unacknowledged (%d, %v)", len(p), err))
+		}
+		if got := gather(t, reg).sum("lockscope_stream_pending_entries"); i < 3 || got != 1 {
+			problems = append(problems, fmt.Sprintf("lockscope_stream_pending_entries = %v, want the dead consumer's 1 (XINFO)", got))
+		}
+		confirmed := false
+		for _, x := range agg.Expirations(256) {
+			confirmed = confirmed || x.Confirmed && strings.HasPrefix(x.Key, "app:exp:"+user+":")
+		}
+		if !confirmed {
+			problems = append(problems, "no expiration confirmed by a keyspace notification")
+		}
+		if watch && !passive(pre, "py-pre") {
+			problems = append(problems, "the watched lock held before start was not found (rescan)")
+		}
+		if watch && (i < 3 || !passive(live, "py-live")) {
+			problems = append(problems, "the watched lock taken while running was not followed")
+		}
+		if len(problems) == 0 {
+			return nil
+		}
+	}
+	return errors.New(strings.Join(problems, "; "))
+}
+
+// TestACLOperator: `lockscope locks` and `lockscope release` (the commands,
+// run in-process) work with the "lockscope-operator" user of docs/acl.md,
+// the forced release is recorded in the stream, and every permission is
+// needed.
+func TestACLOperator(t *testing.T) {
+	t.Parallel()
+	srv := startACLServer(t)
+	admin := srv.Client(t)
+	line := readACLDoc(t)["lockscope-operator"]
+	checkMinimal(t, srv, line, 0, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client) error {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			return err
+		}
+		key := "app:op:" + user
+		l, err := lock.New(admin, &lock.Options{Owner: "app-1"}).Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Release(ctx)
+		u := (&url.URL{Scheme: "redis", User: url.UserPassword(user, line[0].password()), Host: srv.Addr(), Path: "/0"}).String()
+		var out, errOut bytes.Buffer
+		env := cli.Env{Stdout: &out, Stderr: &errOut}
+		if err := cli.Run(ctx, []string{"locks", "app:op:" + user + "*", "--json", "--redis", u}, env); err != nil {
+			return fmt.Errorf("lockscope locks: %v", err)
+		}
+		var listed []struct{ Key, Owner string }
+		if err := json.Unmarshal(out.Bytes(), &listed); err != nil || len(listed) != 1 || listed[0].Key != key || listed[0].Owner != "app-1" {
+			return fmt.Errorf("lockscope locks --json = %s (%v), want %q held by app-1", out.String(), err, key)
+		}
+		if err := cli.Run(ctx, []string{"release", key, "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}, env); err != nil {
+			return fmt.Errorf("lockscope release: %v", err)
+		}
+		if n := admin.Exists(ctx, key).Val(); n != 0 {
+			return fmt.Errorf("%q still exists after lockscope release", key)
+		}
+		evs, _ := streamEvents(ctx, t, admin, event.DefaultStream)
+		for _, e := range evs {
+			if e.Type == event.Forced && e.Key == key && e.By == "op" && e.Reason == "acl test" && e.Owner == "app-1" {
+				return nil
+			}
+		}
+		return fmt.Errorf("the forced release of %q is not in the stream (stderr: %s)", key, strings.TrimSpace(errOut.String()))
+	})
+}
