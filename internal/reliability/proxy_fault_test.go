@@ -154,7 +154,17 @@ func lockThroughFaults(t *testing.T, opt redis.Options) {
 		t.Errorf("slowest Record under latency took %v, want < %v (never blocks)", slowest, recordBound)
 	}
 
-	// Stall: connections open, no byte moves.
+	// Stall: connections open, no byte moves. The lease's loss is timed
+	// from here, by a watcher that does not wait for the checks below.
+	lostAt := make(chan time.Time, 1)
+	go func() {
+		select {
+		case <-held.Done():
+			lostAt <- time.Now()
+		case <-time.After(10 * time.Second):
+			close(lostAt)
+		}
+	}()
 	proxy.SetLatency(0)
 	proxy.Stall()
 	stalled := time.Now()
@@ -164,16 +174,15 @@ func lockThroughFaults(t *testing.T, opt redis.Options) {
 	}
 	// The lease cannot renew: it must know it is lost by the end of its TTL
 	// (600ms from its last renewal, at most 600ms before the stall).
-	select {
-	case <-held.Done():
-		if took := time.Since(stalled); took > 600*time.Millisecond+deadlineSlack {
+	if at, ok := <-lostAt; !ok {
+		t.Errorf("lease still not lost 10s into a stall with a 600ms TTL")
+	} else {
+		if took := at.Sub(stalled); took > 600*time.Millisecond+deadlineSlack {
 			t.Errorf("lease learned of its loss %v into the stall, want within its 600ms TTL", took)
 		}
 		if !errors.Is(held.Err(), lock.ErrLost) {
 			t.Errorf("lease Err() after stalled renewals = %v, want ErrLost", held.Err())
 		}
-	case <-time.After(3 * time.Second):
-		t.Errorf("lease still not lost 3s into a stall with a 600ms TTL")
 	}
 	droppedInStall := em.Stats().Dropped
 	if droppedInStall == 0 {
@@ -226,8 +235,17 @@ func lockThroughFaults(t *testing.T, opt redis.Options) {
 	if bad != 0 {
 		t.Errorf("%d stream entries do not decode", bad)
 	}
-	if reported != int64(st.Dropped) {
-		t.Errorf("dropped events report %d drops, want Stats().Dropped = %d", reported, st.Dropped)
+	// Every drop is reported. A write that timed out may still land (its
+	// bytes were on the wire): its events count as dropped though they
+	// arrived, and a drop report it carried is sent again. So reports are
+	// exact only when no write failed, and at least the drops otherwise.
+	switch {
+	case reported < int64(st.Dropped):
+		t.Errorf("dropped events report %d drops, want at least Stats().Dropped = %d", reported, st.Dropped)
+	case st.Errors == 0 && reported != int64(st.Dropped):
+		t.Errorf("dropped events report %d drops, want exactly Stats().Dropped = %d (no write failed)", reported, st.Dropped)
+	case reported > int64(st.Dropped):
+		t.Logf("after %d failed writes, drop reports total %d for %d drops (a timed-out write landed: reports are at-least-once)", st.Errors, reported, st.Dropped)
 	}
 	// A write that timed out may still have landed: the stream holds at
 	// least what was reported sent, and never more than was recorded.
