@@ -12,7 +12,22 @@
 //
 // Any redis.UniversalClient works: single node, Sentinel (failover) or
 // Cluster. Concurrent callers of one Client share round trips: while one
-// script is on the wire, others queue and go out together as one pipeline.
+// script is on the wire, others queue and go out together as one pipeline,
+// so 64 goroutines cost a few round trips, not 64; a lone caller sends its
+// script directly.
+//
+// # Deadlines
+//
+// Waits between attempts never run past the context's deadline, and a
+// caller queued behind another's round trip leaves when its context ends (a
+// lock its abandoned request still obtained is released in the background).
+// A request already on the wire is bounded by the go-redis client: set
+// ContextTimeoutEnabled in its options for the context to bound a hung (not
+// down) server too; otherwise its ReadTimeout (default 3 s) does. Renewal
+// does not depend on this: a lease whose renewal cannot complete before the
+// lock's TTL runs out is lost at that moment, and its context cancelled.
+// When Redis is down, how soon a call fails is the client's dial policy
+// (go-redis: DialerRetries, default 5 attempts 100 ms apart).
 //
 // # Lifecycle
 //

@@ -116,3 +116,62 @@ func TestNoRecorderNoEvents(t *testing.T) {
 		t.Fatalf("Release after force = %v, want ErrNotHeld", err)
 	}
 }
+
+// tee records to both recorders.
+type tee [2]Recorder
+
+func (t tee) Record(e event.Event) { t[0].Record(e); t[1].Record(e) }
+
+// TestEventsReadBackFromStream runs a client through a real Emitter and
+// decodes the stream: every event the client recorded arrives with every
+// field, TTL at millisecond precision.
+func TestEventsReadBackFromStream(t *testing.T) {
+	_, rdb, _, p := newClient(t, "")
+	ctx := context.Background()
+	stream := p + "events"
+	em := NewEmitter(rdb, &EmitterOptions{Stream: stream})
+	rec := &recorder{}
+	c := New(rdb, &Options{Owner: "svc/host/7", Recorder: tee{rec, em}})
+	key := p + "k\n<b>"
+
+	l := mustObtain(t, c, key, 1500*time.Millisecond, &ObtainOptions{Fencing: true})
+	c.Try(ctx, key, time.Second, &ObtainOptions{Owner: "rival"})
+	l.Refresh(ctx, 2*time.Second)
+	l.Release(ctx)
+	l.Release(ctx)
+	l2 := mustObtain(t, c, key, time.Second, nil)
+	h, _ := c.Inspect(ctx, key)
+	c.ForceRelease(ctx, key, h.Fingerprint, "ops", "drill")
+	l2.Refresh(ctx, time.Second) // lost
+	if err := em.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []event.Event
+	for _, m := range msgs {
+		if got, err = event.DecodeAppend(got, m.Values); err != nil {
+			t.Fatalf("decode %v: %v", m.ID, err)
+		}
+	}
+	rec.mu.Lock()
+	want := append([]event.Event(nil), rec.events...)
+	rec.mu.Unlock()
+	// The second Release is a no-op without a round trip or an event.
+	types := []event.Type{event.Acquired, event.Failed, event.Renewed, event.Released,
+		event.Acquired, event.Forced, event.Lost}
+	if len(want) != len(types) {
+		t.Fatalf("recorded %d events, want %d", len(want), len(types))
+	}
+	for i, e := range want {
+		if e.Type != types[i] {
+			t.Errorf("event %d type %v, want %v", i, e.Type, types[i])
+		}
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("events read back from the stream (-recorded +stream):\n%s", d)
+	}
+}
