@@ -516,3 +516,43 @@ func TestAbandonedObtainIsReleased(t *testing.T) {
 		return len(rdb.Keys(context.Background(), p+"*").Val()) == 0
 	})
 }
+
+func TestObtainErrors(t *testing.T) {
+	c, rdb, rec, p := newClient(t, "e")
+	ctx := context.Background()
+
+	t.Run("wrong type fails at once", func(t *testing.T) {
+		key := p + "list"
+		rdb.RPush(ctx, key, "x")
+		start := time.Now()
+		_, err := c.Obtain(ctx, key, time.Second, &ObtainOptions{Retry: LinearBackoff(10 * time.Millisecond)})
+		var noe *NotObtainedError
+		if !errors.As(err, &noe) || noe.Reason != event.ReasonError || noe.Attempts != 1 || !strings.Contains(err.Error(), "WRONGTYPE") {
+			t.Errorf("Obtain on a list = %v, want reason error after 1 attempt naming WRONGTYPE", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("took %v, want no retries", d)
+		}
+	})
+	t.Run("cancelled context sends nothing", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := c.Obtain(cctx, p+"k", time.Second, nil)
+		var noe *NotObtainedError
+		if !errors.As(err, &noe) || noe.Reason != event.ReasonCanceled || noe.Attempts != 0 || !errors.Is(err, context.Canceled) {
+			t.Errorf("Obtain with a cancelled context = %v, want reason canceled after 0 attempts", err)
+		}
+		if n := rdb.Exists(ctx, p+"k").Val(); n != 0 {
+			t.Error("key taken by a cancelled Obtain")
+		}
+		f := rec.of(event.Failed)
+		if len(f) == 0 || f[len(f)-1].Reason != event.ReasonCanceled {
+			t.Errorf("failed events = %+v, want the last with reason canceled", f)
+		}
+	})
+	t.Run("bad ttl", func(t *testing.T) {
+		if _, err := c.Obtain(ctx, p+"k", time.Microsecond, nil); err == nil {
+			t.Error("Obtain with ttl 1µs = nil, want an error")
+		}
+	})
+}

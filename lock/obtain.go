@@ -130,6 +130,9 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		timer  *time.Timer
 	)
 	for {
+		if ctx.Err() != nil {
+			return nil, holder, c.fail(&a, holder, ctxReason(ctx), ctx.Err())
+		}
 		a.attempts++
 		at := time.Now()
 		var tbuf [64]byte
@@ -173,9 +176,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				holder, reason, cause = h, event.ReasonHeld, nil
 			} else {
 				reason, cause = event.ReasonError, err
-				var re redis.Error
-				if errors.As(err, &re) {
-					// Redis answered with an error: retrying will not help.
+				if final(err) {
 					return nil, holder, c.fail(&a, holder, reason, err)
 				}
 			}
@@ -218,6 +219,21 @@ func parseObtain(key string, res any) (ok bool, fence int64, h *Holder, err erro
 		}
 	}
 	return false, 0, nil, errors.New("lock: unexpected reply from obtain script")
+}
+
+// final reports whether retrying cannot help: Redis answered with an error
+// other than the ones a failover, a loading replica or a busy script cause.
+func final(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	for _, p := range [...]string{"LOADING", "READONLY", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY", "NOREPLICAS"} {
+		if redis.HasErrorPrefix(err, p) {
+			return false
+		}
+	}
+	return true
 }
 
 func ctxReason(ctx context.Context) string {
