@@ -1,0 +1,205 @@
+package reliability
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// soakConfig is the soak's shape. The suite runs a short version; the
+// documented run (BENCHMARKS.md, "Soak") sets the environment:
+//
+//	LOCKSCOPE_SOAK_DURATION=10m LOCKSCOPE_SOAK_RATE=34000 LOCKSCOPE_SOAK_MAX_KEYS=200000 \
+//	  go test -run '^TestSoak$' -v -timeout 20m ./internal/reliability/
+type soakConfig struct {
+	duration    time.Duration // of the measured part, after the warm-up
+	rate        int           // lock attempts per second asked of lockscope load
+	concurrency int
+	maxKeys     int // serve --max-keys: the key table fills within the warm-up
+	every       time.Duration
+	gogc        string // serve's GOGC: the suite collects often to get many live-heap readings
+}
+
+func soakFromEnv(t *testing.T) soakConfig {
+	c := soakConfig{duration: 18 * time.Second, rate: 8000, concurrency: 1000, maxKeys: 10000, every: time.Second, gogc: "25"}
+	if v := os.Getenv("LOCKSCOPE_SOAK_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("LOCKSCOPE_SOAK_DURATION: %v", err)
+		}
+		c.duration, c.every, c.gogc = d, max(time.Second, d/60), os.Getenv("LOCKSCOPE_SOAK_GOGC")
+	}
+	for env, p := range map[string]*int{"LOCKSCOPE_SOAK_RATE": &c.rate, "LOCKSCOPE_SOAK_CONCURRENCY": &c.concurrency, "LOCKSCOPE_SOAK_MAX_KEYS": &c.maxKeys} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s: %v", env, err)
+			}
+			*p = n
+		}
+	}
+	return c
+}
+
+type soakSample struct {
+	at              time.Duration
+	lastGC          float64 // unix seconds of the last GC
+	events          float64
+	heap, goal, rss float64
+	lag, goroutines float64
+}
+
+// TestSoak runs `lockscope load` (payments: every order is a new key, so the
+// collector's key table fills and must evict) against `lockscope serve` and
+// samples serve's heap and RSS from its /metrics. After a warm-up that fills
+// the key table, memory must stay flat: the last third of the samples may
+// not exceed the first third by more than a tolerance. Every event the load
+// sent must be counted, exactly.
+func TestSoak(t *testing.T) {
+	cfg := soakFromEnv(t)
+	bin := buildLockscope(t)
+	srv := redistest.Start(t, redistest.Options{Notify: "none"})
+	ctx := testCtx(t, cfg.duration+3*time.Minute)
+	var env []string
+	if cfg.gogc != "" {
+		env = append(env, "GOGC="+cfg.gogc)
+	}
+	serve := startServe(t, bin, srv.URL(), env, "--consumer", "soak", "--max-keys", strconv.Itoa(cfg.maxKeys))
+	// Payments make rate/2 new keys per second: the key table is full after
+	// maxKeys/(rate/2) seconds; the live heap settles some 10s later (what
+	// the evicted keys still held is collected, rings and the 10 s hot-key
+	// buckets fill). The hot-key minute buckets keep growing, within their
+	// bound, for an hour: about 0.3 MB a minute at most.
+	warm := time.Duration(cfg.maxKeys/(cfg.rate/2)+12) * time.Second
+	total := warm + cfg.duration
+	load := startLockscope(t, bin, nil, "load", "--redis", srv.URL(), "--scenarios", "payments",
+		"--rate", strconv.Itoa(cfg.rate), "--concurrency", strconv.Itoa(cfg.concurrency),
+		"--duration", total.String(), "--report-every", "0", "--log-level", "warn")
+
+	start := time.Now()
+	sleepCtx(ctx, warm)
+	warmEnd := float64(time.Now().UnixNano()) / 1e9
+	var samples []soakSample
+	next := time.Now()
+	for time.Since(start) < total && ctx.Err() == nil {
+		m, _, err := scrape(ctx, serve.url("/metrics"))
+		if err != nil {
+			t.Fatalf("scrape: %v", err)
+		}
+		samples = append(samples, soakSample{
+			at: time.Since(start), events: m.sum("lockscope_events_total"), lastGC: m.sum("go_memstats_last_gc_time_seconds"),
+			heap: m.sum("go_memstats_heap_inuse_bytes"), goal: m.sum("go_memstats_next_gc_bytes"),
+			rss: m.sum("process_resident_memory_bytes"),
+			lag: m.sum("lockscope_stream_lag_entries"), goroutines: m.sum("go_goroutines"),
+		})
+		next = next.Add(cfg.every)
+		sleepCtx(ctx, time.Until(next))
+	}
+	select {
+	case <-load.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("lockscope load did not finish 30s after its --duration")
+	}
+	if !load.cmd.ProcessState.Success() {
+		t.Fatalf("lockscope load: %v\n%s", load.cmd.ProcessState, tail(load.out.String(), 2000))
+	}
+	sent := loadSent(t, load.out.String())
+
+	// Every event sent is counted, once.
+	var counted float64
+	if !waitFor(testCtx(t, 60*time.Second), func() bool {
+		counted = serve.metrics(ctx, t).sum("lockscope_events_total")
+		return counted >= float64(sent)
+	}) {
+		t.Errorf("serve counted %v events, want the %d load sent", counted, sent)
+	}
+	sleepCtx(ctx, time.Second)
+	if counted = serve.metrics(ctx, t).sum("lockscope_events_total"); counted != float64(sent) {
+		t.Errorf("serve counted %v events, want exactly the %d load sent", counted, sent)
+	}
+
+	if len(samples) < 9 {
+		t.Fatalf("%d samples, want >= 9", len(samples))
+	}
+	third := len(samples) / 3
+	first, last := samples[:third], samples[len(samples)-third:]
+	rate := (samples[len(samples)-1].events - samples[0].events) / (samples[len(samples)-1].at - samples[0].at).Seconds()
+	var table strings.Builder
+	fmt.Fprintf(&table, "| t (s) | events counted | heap in use (MiB) | GC goal (MiB) | RSS (MiB) | lag (entries) | goroutines |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, s := range samples {
+		if len(samples) > 30 && i%(len(samples)/20) != 0 && i != len(samples)-1 {
+			continue
+		}
+		fmt.Fprintf(&table, "| %.0f | %.0f | %.1f | %.1f | %.1f | %.0f | %.0f |\n", s.at.Seconds(), s.events, s.heap/(1<<20), s.goal/(1<<20), s.rss/(1<<20), s.lag, s.goroutines)
+	}
+	t.Logf("soak: rate asked %d attempts/s, %d clients, max-keys %d, GOGC %q, warm-up %v, measured %v; events sent %d; counted %.0f events/s while sampled\n%s",
+		cfg.rate, cfg.concurrency, cfg.maxKeys, cfg.gogc, warm, cfg.duration, sent, rate, table.String())
+
+	// Flat. The live heap is read at each GC: the GC goal it sets
+	// (go_memstats_next_gc_bytes) is the heap live after it times
+	// 1+GOGC/100, steady until the next GC, unlike the sawtooth of heap in
+	// use. The goals of the last third of the GCs after the warm-up against
+	// the first third's, and the peak RSS of the last third of the samples
+	// against the first's. A heap that grew with the keys seen (rate/2 new
+	// keys per second) fails this within seconds; the tolerance absorbs the
+	// odd burst.
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	peak := func(ss []soakSample, f func(soakSample) float64) float64 {
+		m := 0.0
+		for _, s := range ss {
+			m = max(m, f(s))
+		}
+		return m
+	}
+	rss := func(s soakSample) float64 { return s.rss }
+	var goals []float64
+	seen := 0.0
+	for _, s := range samples {
+		if s.lastGC > warmEnd && s.lastGC != seen {
+			seen = s.lastGC
+			goals = append(goals, s.goal)
+		}
+	}
+	if len(goals) < 3 {
+		t.Errorf("%d GCs after the warm-up, want >= 3 to judge the live heap", len(goals))
+	} else {
+		n := max(1, len(goals)/3)
+		if g0, g1 := med(goals[:n]), med(goals[len(goals)-n:]); g1 > g0*1.1+4<<20 {
+			t.Errorf("GC goal (live heap x %s) grew from %.1f MiB (first third of %d GCs) to %.1f MiB (last third)", cfg.gogc, g0/(1<<20), len(goals), g1/(1<<20))
+		}
+	}
+	if r0, r1 := peak(first, rss), peak(last, rss); r1 > r0*1.3+16<<20 {
+		t.Errorf("RSS grew from a peak of %.1f MiB (first third) to %.1f MiB (last third)", r0/(1<<20), r1/(1<<20))
+	}
+	if g0, g1 := peak(first, func(s soakSample) float64 { return s.goroutines }), peak(last, func(s soakSample) float64 { return s.goroutines }); g1 > g0+20 {
+		t.Errorf("goroutines grew from %v to %v", g0, g1)
+	}
+	serve.stop(t, 15*time.Second)
+}
+
+var sentRE = regexp.MustCompile(`events: recorded=(\d+) sent=(\d+) dropped=(\d+)`)
+
+// loadSent returns the events lockscope load reports it sent.
+func loadSent(t *testing.T, out string) int {
+	t.Helper()
+	m := sentRE.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("lockscope load printed no event totals:\n%s", tail(out, 2000))
+	}
+	sent, _ := strconv.Atoi(m[2])
+	if m[3] != "0" {
+		t.Logf("lockscope load dropped %s events", m[3])
+	}
+	return sent
+}
