@@ -48,9 +48,20 @@ import (
 // needs (one shard at a time for key scans, a bounded slice of rings for the
 // overview) and sorts, merges and formats outside the locks. The longest a
 // reader holds a lock ingestion needs is one pass over one shard (at most
-// MaxKeys/64 keys, about 3 000 by default: a few hundred microseconds) or
-// one copy of the live hot-key sketch (1 024 entries). Apply releases mu every
+// MaxKeys/64 keys, about 3 000 by default, read from the shard's slabs in
+// memory order: some 10 µs, a few times that with a search) or one copy of
+// the live hot-key sketch (1 024 entries). Apply releases mu every
 // applyChunk events so a reader waits at most that long.
+//
+// # Memory
+//
+// A tracked key costs about 500 bytes: its state in a slab (232 bytes), its
+// index entry, key, lease, and its recent events encoded at some 30 bytes
+// each (see state_ring.go). Its distributions and series (keyStats, 328
+// bytes) exist only once its ring has overflowed; until then they are
+// replayed from the ring. With the default MaxKeys of 200 000 the state is
+// about 100 MB at most, and a stream of 10 M distinct keys peaks at about
+// 220 MB of RSS (BenchmarkDistinctKeys10M; BENCHMARKS.md).
 //
 // # Clocks
 //
@@ -86,7 +97,11 @@ type Aggregator struct {
 	cur         *stepStats // the current step's figures (set by advanceLocked)
 	exps        expRing
 	forced      forcedRing
-	intern      map[string]string
+	tab         internTab
+	scratch     []byte      // pushLocked's encoding buffer
+	rec         *record     // the record of the event being applied (see observe)
+	recKey      *keyState   // whose record rec is
+	recBufs     [2]record   // rec points here: an event's, and an expiry's within it
 	pendingKeys []*keyState // keys with a superseded hold awaiting its verdict
 	expiries    expiryHeap  // holds by expiry (see expiryHeap)
 	lastScan    int64       // collector time of Tick's last stuck/oldest pass
@@ -125,7 +140,7 @@ func NewAggregator(cfg Config) *Aggregator {
 		rules:   compileRules(cfg.Classes),
 		keys:    newKeyTable(cfg.MaxKeys),
 		classes: make(map[string]*classState),
-		intern:  make(map[string]string),
+		tab:     internTab{ids: make(map[string]uint32)},
 	}
 	a.m = newMetrics(a)
 	now := a.nowNS()
@@ -256,35 +271,22 @@ func (a *Aggregator) classLocked(name string) *classState {
 	return c
 }
 
-// internLocked returns a long-lived copy of s, shared between records.
-func (a *Aggregator) internLocked(s string) string {
-	switch s {
-	case "":
-		return ""
-	case event.ReasonTimeout:
-		return event.ReasonTimeout
-	case event.ReasonCanceled:
-		return event.ReasonCanceled
-	case event.ReasonError:
-		return event.ReasonError
-	case event.ReasonHeld:
-		return event.ReasonHeld
-	case event.ReasonNotOwner:
-		return event.ReasonNotOwner
-	case event.ReasonMaxHold:
-		return event.ReasonMaxHold
+// internLocked returns a long-lived copy of s (at most maxStoredLen
+// bytes), shared between records and with an intern id while the table
+// has room.
+func (a *Aggregator) internLocked(s string) ref {
+	if s == "" {
+		return ref{}
 	}
 	if len(s) > maxStoredLen {
 		s = s[:maxStoredLen]
 	}
-	if v, ok := a.intern[s]; ok {
-		return v
+	if id, ok := a.tab.ids[s]; ok {
+		return ref{s: a.tab.get(id), id: id}
 	}
 	v := strings.Clone(s)
-	if len(a.intern) < maxInterned {
-		a.intern[v] = v
-	}
-	return v
+	_, id := a.tab.add(v)
+	return ref{s: v, id: id}
 }
 
 // leaseOf returns a long-lived copy of lease, shared with k's hold when equal.
@@ -294,8 +296,8 @@ func leaseOf(k *keyState, lease string) string {
 		return ""
 	case lease == k.lease:
 		return k.lease
-	case lease == k.prevLease:
-		return k.prevLease
+	case k.pend != nil && lease == k.pend.lease:
+		return k.pend.lease
 	}
 	if len(lease) > maxStoredLen {
 		lease = lease[:maxStoredLen]
@@ -305,11 +307,11 @@ func leaseOf(k *keyState, lease string) string {
 
 // keyLocked returns the state of key in sh, creating it (and evicting the
 // least recently active idle key if the shard is full).
-func (a *Aggregator) keyLocked(sh *shard, key string) *keyState {
-	if k := sh.m[key]; k != nil {
+func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
+	if k := sh.get(h, key); k != nil {
 		return k
 	}
-	if len(sh.m) >= sh.cap {
+	if sh.count >= sh.cap {
 		v := sh.idle.back()
 		if v == nil {
 			// Every key of the shard is held (holds without TTL that never
@@ -321,16 +323,18 @@ func (a *Aggregator) keyLocked(sh *shard, key string) *keyState {
 			a.evictLocked(sh, v)
 		}
 	}
-	k := &keyState{key: strings.Clone(key)}
+	k := sh.alloc()
+	k.key = strings.Clone(key)
+	k.kp = keyPrefix(k.key)
 	k.class = a.classOfLocked(k.key)
-	sh.m[k.key] = k
+	sh.put(h, k)
 	sh.idle.pushFront(k)
 	a.tracked.Add(1)
 	return k
 }
 
 func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
-	if k.prevExpires != 0 {
+	if k.pend != nil {
 		// Its superseded hold can no longer be followed: decide now.
 		a.resolvePendingLocked(k, true, false)
 	}
@@ -338,9 +342,9 @@ func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
 		k.held = false
 		k.class.held--
 	}
-	k.evicted = true
 	unlink(k)
-	delete(sh.m, k.key)
+	sh.del(a.keys.hash(k.key), k)
+	sh.release(k)
 	a.tracked.Add(-1)
 }
 
@@ -366,17 +370,22 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		}
 		return
 	}
-	sh := a.keys.shardOf(e.Key)
+	sh, h := a.keys.find(e.Key)
 	sh.mu.Lock()
-	k := a.keyLocked(sh, e.Key)
+	k := a.keyLocked(sh, h, e.Key)
 	c := k.class
-	owner := k.owner
-	if e.Owner != owner {
-		owner = a.internLocked(e.Owner)
+	var ownerRef ref
+	if e.Owner == k.owner {
+		ownerRef = ref{s: k.owner, id: k.ownerID}
+	} else {
+		ownerRef = a.internLocked(e.Owner)
 	}
+	owner := ownerRef.s
 	lease := leaseOf(k, e.Lease)
-	r := record{ts: ts, typ: e.Type, owner: owner, lease: lease, fence: e.Fence,
+	r := &a.recBufs[0]
+	*r = record{ts: ts, typ: e.Type, owner: ownerRef, lease: ref{s: lease}, fence: e.Fence,
 		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30))}
+	a.rec, a.recKey = r, k
 	if e.Degraded {
 		r.flags |= recDegraded
 	}
@@ -398,7 +407,7 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 			a.contendedLocked(k)
 		}
 		a.waitLocked(k, wait, now)
-		k.statsFor().addAcquisition(now)
+		a.observe(k, obsAcq, now, 0)
 		a.hot.record(k.key, c.name, contended, wait, true)
 		if k.owner != "" && owner != k.owner {
 			c.m.handoffs.Inc()
@@ -459,7 +468,7 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		if held == 0 && k.matches(lease, owner) {
 			held = time.Duration(ts - k.since)
 		}
-		a.forced.add(ForcedRelease{Key: k.key, Class: c.name, Owner: owner, By: r.who, Reason: r.reason,
+		a.forced.add(ForcedRelease{Key: k.key, Class: c.name, Owner: owner, By: r.who.s, Reason: r.reason.s,
 			At: time.Unix(0, ts), Held: held})
 		a.endEventLocked(sh, k, lease, owner, ts, hold, endForced)
 
@@ -475,6 +484,9 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		c.m.renewalFailures.Inc()
 	}
 	k.lastEvent = ts
+	if k.owner == owner {
+		k.ownerID = ownerRef.id
+	}
 	// Keep both lists in order of recent activity: eviction takes the back.
 	unlink(k)
 	if k.held {
@@ -482,7 +494,8 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 	} else {
 		sh.idle.pushFront(k)
 	}
-	k.push(r, a.cfg.RecentEvents)
+	a.pushLocked(k, r)
+	a.rec, a.recKey = nil, nil
 	sh.mu.Unlock()
 }
 
@@ -498,23 +511,14 @@ func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64) {
 	c.waiters.add(now, wait)
 	a.cur.wait.add(wait)
 	k.waitTotal += int64(wait)
-	s := k.statsFor()
-	s.wait.add(wait)
-	s.waiter.add(now, wait)
+	a.observe(k, obsWait, now, wait)
 }
 
 func (a *Aggregator) holdLocked(k *keyState, hold time.Duration) {
 	k.class.m.hold.Observe(hold.Seconds())
 	a.cur.hold.add(hold)
 	k.holdTotal += int64(hold)
-	k.statsFor().hold.add(hold)
-}
-
-func (k *keyState) statsFor() *keyStats {
-	if k.stats == nil {
-		k.stats = &keyStats{}
-	}
-	return k.stats
+	a.observe(k, obsHold, 0, hold)
 }
 
 // endedAlready reports whether an end event for lease/owner refers to a
@@ -531,13 +535,14 @@ func (k *keyState) endedAlready(lease, owner string) bool {
 
 // isPrev reports whether lease/owner refers to k's superseded hold.
 func (k *keyState) isPrev(lease, owner string) bool {
-	if k.prevExpires == 0 {
+	p := k.pend
+	if p == nil {
 		return false
 	}
-	if lease != "" && k.prevLease != "" {
-		return lease == k.prevLease
+	if lease != "" && p.lease != "" {
+		return lease == p.lease
 	}
-	return owner != "" && owner == k.prevOwner
+	return owner != "" && owner == p.owner
 }
 
 // endEventLocked applies a released, lost or forced event: it ends the hold
@@ -555,7 +560,7 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 		}
 		a.endHoldLocked(sh, k, how, hold)
 	case k.isPrev(lease, owner):
-		if how == endLost && ts >= k.prevExpires {
+		if how == endLost && ts >= k.pend.expires {
 			a.resolvePendingLocked(k, true, false)
 			return
 		}
@@ -585,13 +590,13 @@ func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.
 // it waits in the pending slot until its end event (released before expiry)
 // or the expiry grace decides.
 func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
-	if k.prevExpires != 0 {
+	if k.pend != nil {
 		a.resolvePendingLocked(k, true, false)
 	}
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {
-		k.prevLease, k.prevOwner, k.prevSince, k.prevExpires = k.lease, k.owner, k.since, k.expiresAt
+		k.pend = &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt}
 		a.pendingKeys = append(a.pendingKeys, k)
 	}
 }
@@ -599,14 +604,15 @@ func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
 // resolvePendingLocked decides k's superseded hold: expired, or ended by an
 // event that arrived late.
 func (a *Aggregator) resolvePendingLocked(k *keyState, expired, confirmed bool) {
-	if k.prevExpires == 0 {
+	p := k.pend
+	if p == nil {
 		return
 	}
 	if expired {
-		a.countExpirationLocked(k, k.prevOwner, k.prevLease, k.prevExpires, time.Duration(k.prevExpires-k.prevSince), confirmed)
-		a.holdLocked(k, time.Duration(k.prevExpires-k.prevSince))
+		a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
+		a.holdLocked(k, time.Duration(p.expires-p.since))
 	}
-	k.prevLease, k.prevOwner, k.prevSince, k.prevExpires = "", "", 0, 0
+	k.pend = nil
 	if i := slices.Index(a.pendingKeys, k); i >= 0 {
 		a.pendingKeys = slices.Delete(a.pendingKeys, i, i+1)
 	}
@@ -615,8 +621,19 @@ func (a *Aggregator) resolvePendingLocked(k *keyState, expired, confirmed bool) 
 // expireLocked ends k's current hold as expired-while-held.
 func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Duration, confirmed bool, reason string) {
 	a.countExpirationLocked(k, k.owner, k.lease, at, hold, confirmed)
-	k.push(record{ts: at, typ: event.Expired, owner: k.owner, lease: k.lease, d: int64(hold), reason: reason}, a.cfg.RecentEvents)
+	outer, outerKey := a.rec, a.recKey
+	if outer != nil && outerKey == k && outer.obs != 0 && k.stats == nil {
+		// The expiry's record goes into the ring before the event's own:
+		// should it push an observation out, the event's must be counted.
+		a.materializeLocked(k)
+	}
+	r := &a.recBufs[1]
+	*r = record{ts: at, typ: event.Expired, owner: a.internLocked(k.owner), lease: ref{s: k.lease}, d: int64(hold),
+		reason: a.internLocked(reason)}
+	a.rec, a.recKey = r, k
 	a.endHoldLocked(sh, k, endExpired, hold)
+	a.pushLocked(k, r)
+	a.rec, a.recKey = outer, outerKey
 }
 
 func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) {
@@ -691,16 +708,16 @@ func (a *Aggregator) KeyExpired(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.advanceLocked(now)
-	sh := a.keys.shardOf(key)
+	sh, h := a.keys.find(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	k := sh.m[key]
+	k := sh.get(h, key)
 	if k == nil {
 		return
 	}
 	clock := a.eventClock(now)
 	switch {
-	case k.prevExpires != 0:
+	case k.pend != nil:
 		// The superseded hold is the one that expired (the new holder's
 		// acquisition was applied before this notification arrived).
 		a.resolvePendingLocked(k, true, true)
@@ -728,7 +745,7 @@ func (a *Aggregator) Tick() {
 			continue
 		}
 		k := it.k
-		sh := a.keys.shardOf(k.key)
+		sh, _ := a.keys.find(k.key)
 		sh.mu.Lock()
 		a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "ttl")
 		sh.mu.Unlock()
@@ -738,8 +755,8 @@ func (a *Aggregator) Tick() {
 	}
 	for i := 0; i < len(a.pendingKeys); {
 		k := a.pendingKeys[i]
-		if clock > k.prevExpires+grace {
-			sh := a.keys.shardOf(k.key)
+		if clock > k.pend.expires+grace {
+			sh, _ := a.keys.find(k.key)
 			sh.mu.Lock()
 			a.resolvePendingLocked(k, true, false) // removes k from pendingKeys
 			sh.mu.Unlock()

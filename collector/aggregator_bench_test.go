@@ -111,6 +111,7 @@ func BenchmarkLocksPage(b *testing.B) {
 		{"held-by-hold", LockQuery{HeldOnly: true, Sort: SortHold}},
 		{"search", LockQuery{Search: "99", Sort: SortWait}},
 		{"deep-page-by-key", LockQuery{Sort: SortKey, Offset: 50_000, Limit: 50}},
+		{"page-100-by-hold", LockQuery{Sort: SortHold, Offset: 4950, Limit: 50}},
 	}
 	for _, q := range queries {
 		b.Run(q.name, func(b *testing.B) {

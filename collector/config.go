@@ -29,7 +29,7 @@ type Config struct {
 	// keys that are not held are evicted first. 0 means 200_000.
 	MaxKeys int
 	// RecentEvents is the length of each key's ring of recent events.
-	// 0 means 32.
+	// 0 means 32; at most 32767.
 	RecentEvents int
 	// Now is the clock; nil means time.Now. Tests inject one.
 	Now func() time.Time
@@ -60,6 +60,7 @@ func (c Config) withDefaults() Config {
 	if c.RecentEvents <= 0 {
 		c.RecentEvents = DefaultRecentEvents
 	}
+	c.RecentEvents = min(c.RecentEvents, 1<<15-1) // twice it fits keyState.recN
 	if c.Now == nil {
 		c.Now = time.Now
 	}

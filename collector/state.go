@@ -1,11 +1,11 @@
 package collector
 
 import (
+	"cmp"
+	"encoding/binary"
 	"hash/maphash"
 	"sync"
 	"time"
-
-	"github.com/lockscope/lockscope/event"
 )
 
 // How a key's last hold ended (keyState.ended).
@@ -17,51 +17,85 @@ const (
 	endForced
 )
 
-// keyState is everything kept about one tracked key. It lives in one shard
-// and is read and written only under that shard's lock. key and class never
-// change after creation.
+// keyState is everything kept about one tracked key. It lives in a slab of
+// its shard and is read and written only under that shard's lock. key and
+// class never change while the key is tracked; an evicted key's slot is
+// zeroed and reused (see shard.alloc).
 type keyState struct {
-	key   string
-	class *classState
+	// What a Locks scan reads comes first: the slabs are page aligned and
+	// keyState is a multiple of 64 bytes, so a scan that neither searches
+	// nor filters by class reads one cache line per key.
+	key         string
+	kp          prefix // the key's first 16 bytes (see keyPrefix)
+	since       int64  // unix ns, event clock: start of the current (or last) hold
+	contentions int64
+	waitTotal   int64 // ns
+	holdTotal   int64 // ns
+	used        bool  // the slot holds a tracked key
+	held        bool
+	degraded    bool
+	passive     bool
+	ended       uint8  // how the last hold ended (end*)
+	recN        uint16 // records in recent
+
+	class   *classState
+	owner   string
+	ownerID uint32 // owner's intern id (0: none), so that records need no lookup
 
 	// prev/next link the key into its shard's held list while held, else
-	// into its shard's idle list (least recently active at the back).
+	// into its shard's idle list (least recently active at the back); a
+	// free slot is linked into the shard's free list through next.
 	prev, next *keyState
 
 	// The current hold, or the last one when !held: LockInfo shows the
 	// last owner of a free key.
-	owner     string
 	lease     string
-	since     int64 // unix ns, event clock
 	expiresAt int64 // unix ns, event clock; 0 when the TTL is unknown
 	ttl       time.Duration
 	fence     int64
-	held      bool
-	evicted   bool
-	degraded  bool
-	passive   bool
-	ended     uint8  // how the last hold ended (end*)
 	expSeq    uint64 // sequence of this key's last entry in the expirations ring
 
-	// A hold superseded by another owner's acquisition that came after its
-	// expiry: expired while held unless its end event (from before its
-	// expiry) arrives late. prevExpires != 0 while pending.
-	prevLease, prevOwner   string
-	prevSince, prevExpires int64
+	pend *pendingHold // a superseded hold awaiting its verdict, rarely set
 
 	acquisitions int64
-	contentions  int64
 	failures     int64
-	waitTotal    int64 // ns
-	holdTotal    int64 // ns
 	lastEvent    int64 // unix ns
 
-	stats *keyStats // allocated at the first acquisition or failure
+	stats *keyStats // nil while the ring holds every observation (see state_ring.go)
 
-	// recent is a ring of the newest events, grown on demand up to
-	// Config.RecentEvents so that keys seen once stay small.
-	recent     []record
-	recentNext int32
+	// recent holds the newest events, encoded (see state_ring.go): recN
+	// records from recOff, timestamps relative to recBase.
+	recent  []byte
+	recBase int64
+	recOff  int32
+}
+
+// pendingHold is a hold superseded by another owner's acquisition that
+// came after its expiry: expired while held unless its end event (from
+// before its expiry) arrives late.
+type pendingHold struct {
+	lease, owner   string
+	since, expires int64
+}
+
+// prefix is the first 16 bytes of a key as two big-endian words, zero
+// padded: comparing prefixes orders keys as strings.Compare does, unless
+// they are equal. Sorting by key then rarely reads the keys themselves,
+// which are scattered over the heap.
+type prefix struct{ hi, lo uint64 }
+
+func keyPrefix(key string) prefix {
+	var b [16]byte
+	copy(b[:], key)
+	return prefix{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
+}
+
+// compare orders p and q as the keys they start, as far as they go.
+func (p prefix) compare(q prefix) int {
+	if p.hi != q.hi {
+		return cmp.Compare(p.hi, q.hi)
+	}
+	return cmp.Compare(p.lo, q.lo)
 }
 
 // matches reports whether an event for lease/owner refers to the current
@@ -76,100 +110,8 @@ func (k *keyState) matches(lease, owner string) bool {
 	return owner == "" || owner == k.owner
 }
 
-// record is a compact event in a key's recent ring (event.Event is 168
-// bytes; this is 104, and its strings are interned or shared with the hold).
-type record struct {
-	ts       int64
-	d        int64 // wait (acquired, failed), hold (released, lost, expired, forced), ttl (renewed), count (dropped)
-	ttlMS    int32 // acquired: the TTL set
-	attempts int32
-	fence    int64
-	owner    string
-	lease    string
-	reason   string
-	who      string // failed: the holder; forced: the operator
-	typ      event.Type
-	flags    uint8
-}
-
-const (
-	recDegraded = 1 << iota
-	recPassive
-)
-
-func (r *record) event(key string) event.Event {
-	e := event.Event{
-		Type: r.typ, Key: key, Owner: r.owner, Lease: r.lease, TS: r.ts, Attempts: int(r.attempts),
-		Fence: r.fence, Reason: r.reason, Degraded: r.flags&recDegraded != 0, Passive: r.flags&recPassive != 0,
-	}
-	d := time.Duration(r.d)
-	switch r.typ {
-	case event.Acquired:
-		e.Wait, e.TTL = d, time.Duration(r.ttlMS)*time.Millisecond
-	case event.Failed:
-		e.Wait, e.Holder = d, r.who
-	case event.Renewed:
-		e.TTL = d
-	case event.Dropped:
-		e.Count = r.d
-	case event.Forced:
-		e.Hold, e.By = d, r.who
-	default:
-		e.Hold = d
-	}
-	return e
-}
-
-func (k *keyState) push(r record, max int) {
-	if len(k.recent) < max {
-		if len(k.recent) == cap(k.recent) {
-			n := 2 * cap(k.recent)
-			if n == 0 {
-				n = 2
-			}
-			if n > max {
-				n = max
-			}
-			grown := make([]record, len(k.recent), n)
-			// Unroll the ring into oldest-first order while growing.
-			copy(grown, k.recent[k.recentNext:])
-			copy(grown[len(k.recent)-int(k.recentNext):], k.recent[:k.recentNext])
-			k.recent = grown
-			k.recentNext = 0
-		}
-		if k.recentNext == 0 {
-			k.recent = append(k.recent, r)
-			return
-		}
-	}
-	k.recent[k.recentNext] = r
-	k.recentNext++
-	if int(k.recentNext) == len(k.recent) {
-		k.recentNext = 0
-	}
-}
-
-// newest returns the ring's events, newest first.
-func (k *keyState) newest() []event.Event {
-	n := len(k.recent)
-	out := make([]event.Event, 0, n)
-	// While the ring is still growing recentNext is 0 and the newest entry
-	// is the last one; once full it is the one before recentNext.
-	last := int(k.recentNext) - 1
-	if last < 0 {
-		last = n - 1
-	}
-	for i := 0; i < n; i++ {
-		j := last - i
-		if j < 0 {
-			j += n
-		}
-		out = append(out, k.recent[j].event(k.key))
-	}
-	return out
-}
-
-// keyStats are a key's distributions and series, allocated lazily.
+// keyStats are a key's distributions and series, allocated once its ring
+// no longer holds all of them (see state_ring.go).
 type keyStats struct {
 	wait, hold dist
 	// acq counts acquisitions per seriesStep over the last keySeriesLen
@@ -186,11 +128,110 @@ type shard struct {
 	// mu is a plain Mutex: ingestion takes it once per event and an
 	// RWMutex costs two more atomic operations each time; readers are few
 	// and brief, so sharing among them gains little.
-	mu   sync.Mutex
-	m    map[string]*keyState
-	held list // keys held now
-	idle list // keys not held, most recently active at the front
-	cap  int  // keys this shard keeps before evicting idle ones
+	mu sync.Mutex
+	// byHash indexes the shard's keys by their 64-bit hash, which picks the
+	// shard and so is computed anyway: no second hashing of the key, and
+	// 16-byte entries where a map keyed by string needs 24. A key whose
+	// hash collides with another tracked key's goes to dup.
+	byHash map[uint64]*keyState
+	dup    map[string]*keyState
+	count  int  // keys tracked
+	held   list // keys held now
+	idle   list // keys not held, most recently active at the front
+	cap    int  // keys this shard keeps before evicting idle ones
+
+	// Key states live in slabs rather than one allocation each: a scan
+	// over all keys (Locks) then reads memory in order instead of chasing
+	// a pointer per key, and evicting a key frees no memory for the
+	// collector to find. Slots are never moved, so *keyState stays valid.
+	slabs [][]keyState // each slabLen long but the last
+	slots int          // in slabs
+	n     int          // slots handed out so far
+	free  *keyState    // freed slots, linked through next
+}
+
+// slabLen is the number of key states per slab (about 64 kB).
+const slabLen = 256
+
+// get returns the state of key (of hash h), or nil.
+func (sh *shard) get(h uint64, key string) *keyState {
+	if k := sh.byHash[h]; k != nil && k.key == key {
+		return k
+	}
+	if sh.dup != nil {
+		return sh.dup[key]
+	}
+	return nil
+}
+
+// put indexes k, of hash h, which get does not find.
+func (sh *shard) put(h uint64, k *keyState) {
+	if sh.byHash[h] == nil {
+		sh.byHash[h] = k
+	} else {
+		if sh.dup == nil {
+			sh.dup = make(map[string]*keyState)
+		}
+		sh.dup[k.key] = k
+	}
+	sh.count++
+}
+
+// del removes k, of hash h, from the index.
+func (sh *shard) del(h uint64, k *keyState) {
+	if sh.byHash[h] == k {
+		delete(sh.byHash, h)
+	} else {
+		delete(sh.dup, k.key)
+	}
+	sh.count--
+}
+
+// alloc returns a zeroed slot marked used.
+func (sh *shard) alloc() *keyState {
+	k := sh.free
+	if k != nil {
+		sh.free = k.next
+		k.next = nil
+	} else {
+		if sh.n == sh.slots {
+			// Slabs add up to the shard's cap, which it never exceeds:
+			// keyLocked evicts first.
+			n := slabLen
+			if rest := sh.cap - sh.n; rest > 0 {
+				n = min(n, rest)
+			}
+			sh.slabs = append(sh.slabs, make([]keyState, n))
+			sh.slots += n
+		}
+		k = &sh.slabs[sh.n/slabLen][sh.n%slabLen]
+		sh.n++
+	}
+	k.used = true
+	return k
+}
+
+// release zeroes k's slot (dropping what it references) and frees it.
+// Pointers to k held elsewhere (stale expiry heap entries) then see a key
+// that is not held, or a later key in the same slot, and check its state
+// rather than its identity (see expiryItem.live).
+func (sh *shard) release(k *keyState) {
+	*k = keyState{next: sh.free}
+	sh.free = k
+}
+
+// each calls f for every used slot, in slab order.
+func (sh *shard) each(f func(*keyState)) {
+	for i, slab := range sh.slabs {
+		if rest := sh.n - i*slabLen; rest < slabLen {
+			slab = slab[:rest]
+		}
+		for j := range slab {
+			if k := &slab[j]; k.used {
+				f(k)
+			}
+		}
+	}
 }
 
 // list is an intrusive doubly linked list of keyStates with a sentinel.
@@ -245,7 +286,7 @@ func newKeyTable(maxKeys int) *keyTable {
 	t := &keyTable{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.m = make(map[string]*keyState)
+		s.byHash = make(map[uint64]*keyState)
 		s.held.init()
 		s.idle.init()
 		s.cap = maxKeys / n
@@ -256,9 +297,14 @@ func newKeyTable(maxKeys int) *keyTable {
 	return t
 }
 
-func (t *keyTable) shardOf(key string) *shard {
-	if t.mask == 0 {
-		return &t.shards[0]
-	}
-	return &t.shards[maphash.String(t.seed, key)&t.mask]
+// hash returns the hash of key that picks its shard and indexes it there.
+func (t *keyTable) hash(key string) uint64 { return maphash.String(t.seed, key) }
+
+// shardOf returns the shard of the key of hash h.
+func (t *keyTable) shardOf(h uint64) *shard { return &t.shards[h&t.mask] }
+
+// find returns key's shard and hash.
+func (t *keyTable) find(key string) (*shard, uint64) {
+	h := t.hash(key)
+	return t.shardOf(h), h
 }

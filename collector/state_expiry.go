@@ -12,9 +12,12 @@ type expiryItem struct {
 	k  *keyState
 }
 
-// live reports whether it still describes its key's current hold.
+// live reports whether it still describes the current hold of the key in
+// its slot. An evicted key's slot is zeroed (not held); if another key has
+// since taken the slot with a hold expiring at the very same instant, the
+// entry serves that hold as well as the hold's own entry would.
 func (it expiryItem) live() bool {
-	return it.k.held && !it.k.evicted && it.k.expiresAt == it.at
+	return it.k.held && it.k.expiresAt == it.at
 }
 
 func (h *expiryHeap) push(at int64, k *keyState) {
