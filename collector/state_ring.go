@@ -2,6 +2,7 @@ package collector
 
 import (
 	"encoding/binary"
+	"slices"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -252,15 +253,18 @@ func (a *Aggregator) pushLocked(k *keyState, r *record) {
 			// the buffer is then free, so copies stay amortised O(1).
 			k.recent, k.recOff = k.recent[:copy(k.recent, live)], 0
 		default:
-			// Grow tight while the ring fills (most keys never fill
-			// it), by half once it drops records.
+			// Most keys see a few events: grow to fit for the first
+			// ones, then by a quarter while the ring fills, by half once
+			// it drops records. slices.Grow rounds up to the
+			// allocator's size class, which make would hide.
 			c := need
-			if int(k.recN) >= limit-1 {
+			switch {
+			case int(k.recN) >= limit-1:
 				c += need / 2
+			case k.recN >= 4:
+				c += need / 4
 			}
-			grown := make([]byte, len(live), c)
-			copy(grown, live)
-			k.recent, k.recOff = grown, 0
+			k.recent, k.recOff = append(slices.Grow([]byte(nil), c), live...), 0
 		}
 	}
 	k.recent = append(k.recent, a.scratch...)
