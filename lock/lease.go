@@ -77,6 +77,20 @@ func (l *Lease) Context() context.Context {
 	return l.ctx
 }
 
+type leaseKey struct{}
+
+// FromContext returns the lease whose Context ctx is (or derives from), for
+// instance inside the function run by Do, which receives only the context:
+//
+//	err := client.Do(ctx, key, ttl, &lock.ObtainOptions{Fencing: true}, func(ctx context.Context) error {
+//		lease, _ := lock.FromContext(ctx)
+//		return store.Write(ctx, lease.Fence(), data)
+//	})
+func FromContext(ctx context.Context) (*Lease, bool) {
+	l, ok := ctx.Value(leaseKey{}).(*Lease)
+	return l, ok
+}
+
 // Done returns a channel closed when Context is cancelled.
 func (l *Lease) Done() <-chan struct{} { return l.Context().Done() }
 
@@ -97,7 +111,7 @@ func (l *Lease) initContext() {
 		p = context.WithoutCancel(p)
 	}
 	l.parent = nil
-	l.ctx, l.cancel = context.WithCancelCause(p)
+	l.ctx, l.cancel = context.WithCancelCause(context.WithValue(p, leaseKey{}, l))
 	l.checkExpiry(time.Now())
 	switch {
 	case l.state != stateHeld:

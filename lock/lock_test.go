@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -351,6 +352,28 @@ func TestDo(t *testing.T) {
 		})
 		if !errors.Is(err, ErrLost) || errors.Is(err, context.Canceled) {
 			t.Errorf("Do whose key was deleted = %v, want ErrLost (not context.Canceled)", err)
+		}
+	})
+	t.Run("fn finds its lease and fence in the context", func(t *testing.T) {
+		key := p + "f"
+		var fence int64
+		err := c.Do(ctx, key, time.Second, &ObtainOptions{Fencing: true}, func(ctx context.Context) error {
+			l, ok := FromContext(ctx)
+			if !ok {
+				return errors.New("no lease in fn's context")
+			}
+			h, err := c.Inspect(ctx, key)
+			if err != nil || h.Lease != l.ID() {
+				return fmt.Errorf("Inspect = %+v, %v, want lease %s", h, err, l.ID())
+			}
+			fence = l.Fence()
+			return nil
+		})
+		if err != nil || fence <= 0 {
+			t.Errorf("Do = %v with fence %d, want nil and a fence > 0", err, fence)
+		}
+		if _, ok := FromContext(ctx); ok {
+			t.Error("FromContext found a lease in a plain context")
 		}
 	})
 	t.Run("not obtained", func(t *testing.T) {
