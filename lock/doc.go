@@ -40,8 +40,8 @@
 //	defer lease.Release(ctx)
 //
 // Do(ctx, key, ttl, opt, fn) obtains, renews every ttl/3 while fn runs,
-// passes fn the lease's context (cancelled the moment the lock is known lost)
-// and releases afterwards.
+// passes fn the lease's context (cancelled the moment the lock is known lost;
+// FromContext returns the lease, for its fence) and releases afterwards.
 //
 // # Fencing
 //
