@@ -49,19 +49,20 @@ import (
 // overview) and sorts, merges and formats outside the locks. The longest a
 // reader holds a lock ingestion needs is one pass over one shard (at most
 // MaxKeys/64 keys, about 3 000 by default, read from the shard's slabs in
-// memory order: some 10 µs, a few times that with a search) or one copy of
+// memory order: some 50 µs, twice that with a search) or one copy of
 // the live hot-key sketch (1 024 entries). Apply releases mu every
 // applyChunk events so a reader waits at most that long.
 //
 // # Memory
 //
-// A tracked key costs about 500 bytes: its state in a slab (232 bytes), its
-// index entry, key, lease, and its recent events encoded at some 30 bytes
+// A tracked key costs about 400 bytes: its state in a slab (248 bytes), its
+// index entry, key and lease, and its recent events encoded at some 30 bytes
 // each (see state_ring.go). Its distributions and series (keyStats, 328
 // bytes) exist only once its ring has overflowed; until then they are
-// replayed from the ring. With the default MaxKeys of 200 000 the state is
-// about 100 MB at most, and a stream of 10 M distinct keys peaks at about
-// 220 MB of RSS (BenchmarkDistinctKeys10M; BENCHMARKS.md).
+// replayed from the ring. With the default MaxKeys of 200 000 that is about
+// 80 MB, and a stream of 10 M distinct keys peaks at about 230 MB of RSS
+// with the Go runtime's default GOGC (BenchmarkDistinctKeys10M;
+// BENCHMARKS.md).
 //
 // # Clocks
 //
