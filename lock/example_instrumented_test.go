@@ -24,7 +24,8 @@ func Example_instrumented() {
 		Retry:   lock.ExponentialBackoff(10*time.Millisecond, time.Second),
 		Fencing: true,
 	}, func(ctx context.Context) error {
-		fmt.Println("charging invoice 17")
+		lease, _ := lock.FromContext(ctx)
+		fmt.Println("charging invoice 17 with a fence:", lease.Fence() > 0)
 		return nil
 	})
 	var held *lock.NotObtainedError
@@ -43,7 +44,7 @@ func Example_instrumented() {
 		}
 	}
 	// Output:
-	// charging invoice 17
+	// charging invoice 17 with a fence: true
 	// err: <nil>
 	// acquired invoice:17 billing-worker
 	// released invoice:17 billing-worker
