@@ -17,17 +17,44 @@ import (
 	"github.com/lockscope/lockscope/internal/redistest"
 )
 
-// buildLockscope builds the real binary into a directory of t's and returns
-// its path. The compile is cached by go; only the link runs again per test.
+// lockscopeBin is the real binary, built once for the tests that run at
+// the same time and removed when the last of them ends.
+var lockscopeBin struct {
+	sync.Mutex
+	dir   string
+	users int
+}
+
+// buildLockscope returns the path of the lockscope binary built from this
+// tree, building it if no running test has.
 func buildLockscope(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "lockscope")
-	ctx := testCtx(t, 3*time.Minute)
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/lockscope/lockscope/cmd/lockscope").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/lockscope: %v\n%s", err, out)
+	b := &lockscopeBin
+	b.Lock()
+	defer b.Unlock()
+	if b.dir == "" {
+		dir, err := os.MkdirTemp("", "lockscope-reliability-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := testCtx(t, 3*time.Minute)
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "lockscope"), "github.com/lockscope/lockscope/cmd/lockscope").CombinedOutput()
+		if err != nil {
+			os.RemoveAll(dir)
+			t.Fatalf("go build ./cmd/lockscope: %v\n%s", err, out)
+		}
+		b.dir = dir
 	}
-	return bin
+	b.users++
+	t.Cleanup(func() {
+		b.Lock()
+		defer b.Unlock()
+		if b.users--; b.users == 0 {
+			os.RemoveAll(b.dir)
+			b.dir = ""
+		}
+	})
+	return filepath.Join(b.dir, "lockscope")
 }
 
 // lockedBuffer collects a process's output safely while it runs.

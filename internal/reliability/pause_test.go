@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -152,6 +154,7 @@ type pauseResult struct {
 	events      []event.Event
 	agg         *collector.Aggregator
 	metrics     families
+	key         string
 }
 
 func (r pauseRun) run(t *testing.T) pauseResult {
@@ -227,7 +230,13 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 			t.Fatalf("Inspect(%q) owner = %q, want one of the holders", key, h.Owner)
 		}
 		proc.signal(syscall.SIGSTOP)
-		// Only a pause that caught the holder holding counts.
+		// Only a pause that caught the holder holding counts. kill returns
+		// before every thread has stopped, and a command the holder wrote
+		// just before may still be on its way to Redis: wait for both.
+		if err := waitStopped(proc.cmd.Process.Pid, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sleepCtx(ctx, 20*time.Millisecond)
 		if h2, err := op.Inspect(ctx, key); err != nil || h2.Lease != h.Lease {
 			proc.signal(syscall.SIGCONT)
 			continue
@@ -272,7 +281,7 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 	// Give the collector's expiry detection (ExpiryGrace 1s) time to decide
 	// the last holds.
 	sleepCtx(ctx, 1500*time.Millisecond)
-	out.agg, out.metrics = agg, gather(t, reg)
+	out.agg, out.metrics, out.key = agg, gather(t, reg), key
 	t.Logf("fencing=%v pauses=%d forced=%d (refused %d) outcomes=%v", r.fencing, len(out.pauses), len(out.forced), out.forcedStale, out.outcomes)
 	return out
 }
@@ -357,6 +366,23 @@ func checkReported(t *testing.T, r pauseResult) {
 		}
 		if !r.forced[p.lease] && !expired[p.lease] {
 			t.Errorf("lease %s expired while paused, but the collector's expirations do not list it", p.lease)
+			var from, to int64
+			for _, e := range r.events {
+				if e.Lease == p.lease && e.Type == event.Acquired {
+					from = e.TS - int64(200*time.Millisecond)
+				}
+				if e.Lease == p.lease {
+					to = e.TS + int64(300*time.Millisecond)
+				}
+			}
+			for _, e := range r.events {
+				if e.TS >= from && e.TS <= to {
+					t.Logf("  stream: %s lease %s owner %s ts %d ttl %v reason %q", e.Type, e.Lease, e.Owner, e.TS, e.TTL, e.Reason)
+				}
+			}
+			for _, x := range r.agg.Expirations(0) {
+				t.Logf("  collector expiration: lease %s owner %s at %d held %v confirmed %v", x.Lease, x.Owner, x.At.UnixNano(), x.Held, x.Confirmed)
+			}
 		}
 	}
 	if takenOver == 0 || lost == 0 {
@@ -367,6 +393,37 @@ func checkReported(t *testing.T, r pauseResult) {
 	}
 	if got := r.metrics.sum("lockscope_expirations_total"); got < float64(takenOver-len(r.forced)) || got == 0 {
 		t.Errorf("lockscope_expirations_total = %v, want >= %d pauses that lost the lock less %d forced", got, takenOver, len(r.forced))
+	}
+}
+
+// waitStopped waits until every thread of process pid is stopped.
+func waitStopped(pid int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		stopped := true
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				continue // the thread exited
+			}
+			// pid (comm) state ...: comm may hold spaces, the state follows the last ')'.
+			st := string(b)
+			if i := strings.LastIndexByte(st, ')'); i < 0 || i+2 >= len(st) || (st[i+2] != 'T' && st[i+2] != 't') {
+				stopped = false
+				break
+			}
+		}
+		if stopped {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d not stopped %v after SIGSTOP", pid, within)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
