@@ -8,49 +8,80 @@ import (
 	"github.com/lockscope/lockscope/event"
 )
 
-// TestCollectorKeepsHoldAcrossReorderedEmitters replays, against the
-// Aggregator with an injected clock, an ordering the paused-holder test
-// (TestPausedHoldersWith*) met on the real stream: each application process
-// has its own emitter, flushed every 100ms, so a hold's acquired event can
-// reach the stream before an earlier hold's events from another process.
-//
-//	B (process 0) acquires at 440ms and releases at 470ms;
-//	A (process 1) acquires at 500ms, TTL 100ms, then is paused: it never
-//	renews or releases, and its key expires at 600ms.
-//	Stream order: A.acquired, then B.acquired, B.released.
-//
-// B's late events describe a hold that ended before A's began. A still
-// holds the key until 600ms, and then its TTL lapses while held: the
-// collector must show A as the holder and count A's expiration.
-func TestCollectorKeepsHoldAcrossReorderedEmitters(t *testing.T) {
-	base := time.Unix(1_800_000_000, 0)
-	now := base
-	at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return now }})
+// TestCollectorKeepsHoldsAcrossReorderedEmitters replays, against the
+// Aggregator with an injected clock, orderings the paused-holder tests
+// (TestPausedHoldersWith*) met on the real stream. Each application process
+// has its own emitter, flushed every 100ms, so a process paused (or slow)
+// right after acquiring delivers its events after the events of others that
+// came later, and a hold's acquired event can arrive after a later hold's
+// events or before an earlier hold's.
+func TestCollectorKeepsHoldsAcrossReorderedEmitters(t *testing.T) {
 	const key = "job:1"
-	ev := func(typ event.Type, lease, owner string, ms int, ttl time.Duration) event.Event {
-		return event.Event{Type: typ, Key: key, Lease: lease, Owner: owner, TS: at(ms).UnixNano(), TTL: ttl}
+	ttl := 100 * time.Millisecond
+	ev := func(typ event.Type, lease string, ms int, reason string) event.Event {
+		e := event.Event{Type: typ, Key: key, Lease: lease, Owner: "holder-" + lease, TS: int64(ms) * int64(time.Millisecond), Reason: reason}
+		if typ == event.Acquired {
+			e.TTL = ttl
+		}
+		return e
 	}
-
-	now = at(520)
-	agg.Apply([]event.Event{ev(event.Acquired, "A", "holder-1", 500, 100*time.Millisecond)})
-	now = at(540)
-	agg.Apply([]event.Event{
-		ev(event.Acquired, "B", "holder-0", 440, 100*time.Millisecond),
-		ev(event.Released, "B", "holder-0", 470, 0),
-	})
-	if l, ok := agg.Lock(key); !ok || !l.Held || l.Lease != "A" {
-		t.Errorf("Lock(%q) after B's late events = held %v by lease %q, want held by A (acquired after B released)", key, l.Held, l.Lease)
+	type batch struct {
+		at  int // collector clock, ms
+		evs []event.Event
 	}
-	for ms := 600; ms <= 3000; ms += 100 {
-		now = at(ms)
-		agg.Tick()
-	}
-	var leases []string
-	for _, x := range agg.Expirations(0) {
-		leases = append(leases, x.Lease)
-	}
-	if len(leases) != 1 || leases[0] != "A" {
-		t.Errorf("Expirations() leases = %q, want [A]: A's TTL lapsed while held", leases)
+	for _, tc := range []struct {
+		name    string
+		batches []batch
+		holder  string // held after the batches, "" for none
+	}{{
+		// B acquires at 440 and releases at 470; A acquires at 500 and
+		// is paused: its key expires at 600. A's emitter delivers first.
+		name: "later hold delivered before an earlier one",
+		batches: []batch{
+			{520, []event.Event{ev(event.Acquired, "A", 500, "")}},
+			{540, []event.Event{ev(event.Acquired, "B", 440, ""), ev(event.Released, "B", 470, "")}},
+		},
+		holder: "A",
+	}, {
+		// A acquires at 366 and is paused; its key expires at 466, when B
+		// takes it; C follows. A's acquired event arrives after C's, and
+		// its loss (the renewer waking up) later still.
+		name: "paused hold delivered after its successors",
+		batches: []batch{
+			{700, []event.Event{ev(event.Acquired, "B", 466, ""), ev(event.Released, "B", 498, ""), ev(event.Acquired, "C", 686, "")}},
+			{710, []event.Event{ev(event.Acquired, "A", 366, "")}},
+			{730, []event.Event{ev(event.Released, "C", 717, "")}},
+			{760, []event.Event{ev(event.Lost, "A", 752, event.ReasonError), ev(event.Released, "A", 753, event.ReasonNotOwner)}},
+		},
+		holder: "",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := time.Unix(1_800_000_000, 0)
+			now := base
+			at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
+			agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return now }})
+			for _, b := range tc.batches {
+				now = at(b.at)
+				for i := range b.evs {
+					b.evs[i].TS += base.UnixNano()
+				}
+				agg.Apply(b.evs)
+			}
+			l, _ := agg.Lock(key)
+			if held := map[bool]string{true: l.Lease}[l.Held]; held != tc.holder {
+				t.Errorf("Lock(%q) after the events: held by %q, want %q", key, held, tc.holder)
+			}
+			for ms := 800; ms <= 3000; ms += 100 {
+				now = at(ms)
+				agg.Tick()
+			}
+			var leases []string
+			for _, x := range agg.Expirations(0) {
+				leases = append(leases, x.Lease)
+			}
+			if len(leases) != 1 || leases[0] != "A" {
+				t.Errorf("Expirations() leases = %q, want [A]: A's TTL lapsed while it held the key", leases)
+			}
+		})
 	}
 }

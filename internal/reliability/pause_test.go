@@ -143,7 +143,8 @@ type pauseRun struct {
 // pause is one SIGSTOP of the holder of lease, confirmed to hold it while
 // stopped; successor is the lease that held the key when it was resumed.
 type pause struct {
-	lease, successor string
+	lease, successor, owner string
+	from, to             time.Time // stopped, resumed
 }
 
 type pauseResult struct {
@@ -241,12 +242,13 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 			proc.signal(syscall.SIGCONT)
 			continue
 		}
+		pp := pause{lease: h.Lease, owner: h.Owner, from: time.Now()}
 		sleepCtx(ctx, r.pause)
-		pp := pause{lease: h.Lease}
 		if h2, err := op.Inspect(ctx, key); err == nil {
 			pp.successor = h2.Lease
 		}
 		proc.signal(syscall.SIGCONT)
+		pp.to = time.Now()
 		out.pauses = append(out.pauses, pp)
 	}
 	stopOp()
@@ -351,9 +353,26 @@ func checkReported(t *testing.T, r pauseResult) {
 			reported[e.Lease] = true
 		}
 	}
-	expired := make(map[string]bool)
-	for _, x := range r.agg.Expirations(1000) {
-		expired[x.Lease] = true
+	exps := r.agg.Expirations(0)
+	// expiredFor reports whether the collector recorded the pause's
+	// expiration: by lease, or, when the paused process's events arrived
+	// late, by owner and time (a keyspace notification names only the key,
+	// and is credited to the hold the collector knows of at that moment:
+	// an earlier hold of the same process whose release was still in the
+	// paused process's buffer).
+	expiredFor := func(p pause) bool {
+		for _, x := range exps {
+			if x.Lease == p.lease {
+				return true
+			}
+		}
+		for _, x := range exps {
+			if x.Owner == p.owner && !x.At.Before(p.from.Add(-time.Second)) && !x.At.After(p.to.Add(time.Second)) {
+				t.Logf("lease %s's expiration during its pause is credited to lease %s of the same owner %s", p.lease, x.Lease, x.Owner)
+				return true
+			}
+		}
+		return false
 	}
 	takenOver := 0
 	for _, p := range r.pauses {
@@ -364,7 +383,7 @@ func checkReported(t *testing.T, r pauseResult) {
 		if !reported[p.lease] {
 			t.Errorf("lease %s lost its lock to %s during a pause, but no lost or released/not_owner event names it", p.lease, p.successor)
 		}
-		if !r.forced[p.lease] && !expired[p.lease] {
+		if !r.forced[p.lease] && !expiredFor(p) {
 			t.Errorf("lease %s expired while paused, but the collector's expirations do not list it", p.lease)
 			var from, to int64
 			for _, e := range r.events {
