@@ -144,7 +144,7 @@ type pauseRun struct {
 // stopped; successor is the lease that held the key when it was resumed.
 type pause struct {
 	lease, successor, owner string
-	from, to             time.Time // stopped, resumed
+	from, to                time.Time // stopped, resumed
 }
 
 type pauseResult struct {
