@@ -33,6 +33,14 @@ import (
 //     finding the TTL lapsed more than ExpiryGrace ago. An acquisition by
 //     another lease after the old hold's TTL parks the old hold until its
 //     late end event (if it came from before the TTL) or the grace decides.
+//     Each process's emitter flushes on its own schedule, so an older
+//     hold's acquisition can arrive after a newer one's: an acquisition by
+//     another lease timed before the known hold began is counted but does
+//     not take the key, and its end events end only that older hold. If
+//     its TTL ran out before the known hold began it is parked as above;
+//     if not, it ended before the known hold began and never counts as
+//     expired. A key keeps up to maxPending parked holds, each decided on
+//     its own.
 //     A renewal after a declared expiry revives the hold; the counter keeps
 //     its count.
 //   - Handoff: an acquisition by a different owner than the key's previous
@@ -103,7 +111,7 @@ type Aggregator struct {
 	rec         *record     // the record of the event being applied (see observe)
 	recKey      *keyState   // whose record rec is
 	recBufs     [2]record   // rec points here: an event's, and an expiry's within it
-	pendingKeys []*keyState // keys with a superseded hold awaiting its verdict
+	pendingKeys []*keyState // keys with superseded holds awaiting their verdict
 	expiries    expiryHeap  // holds by expiry (see expiryHeap)
 	lastScan    int64       // collector time of Tick's last stuck/oldest pass
 	evMax       int64       // newest applied event time
@@ -297,8 +305,9 @@ func leaseOf(k *keyState, lease string) string {
 		return ""
 	case lease == k.lease:
 		return k.lease
-	case k.pend != nil && lease == k.pend.lease:
-		return k.pend.lease
+	}
+	if p := k.prevOf(lease, ""); p != nil && p.lease == lease {
+		return p.lease
 	}
 	if len(lease) > maxStoredLen {
 		lease = lease[:maxStoredLen]
@@ -335,9 +344,9 @@ func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
 }
 
 func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
-	if k.pend != nil {
-		// Its superseded hold can no longer be followed: decide now.
-		a.resolvePendingLocked(k, true, false)
+	for k.pend != nil {
+		// Its superseded holds can no longer be followed: decide now.
+		a.resolvePendingLocked(k, k.pend, true, false)
 	}
 	if k.held {
 		k.held = false
@@ -412,6 +421,9 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		a.hot.record(k.key, c.name, contended, wait, true)
 		if k.owner != "" && owner != k.owner {
 			c.m.handoffs.Inc()
+		}
+		if a.olderAcquisitionLocked(k, lease, owner, ts, e.TTL) {
+			break
 		}
 		if k.held && !k.matches(lease, owner) {
 			a.supersedeLocked(k, ts)
@@ -534,16 +546,19 @@ func (k *keyState) endedAlready(lease, owner string) bool {
 	return owner == k.owner
 }
 
-// isPrev reports whether lease/owner refers to k's superseded hold.
-func (k *keyState) isPrev(lease, owner string) bool {
-	p := k.pend
-	if p == nil {
-		return false
+// prevOf returns the superseded (pending) hold of k that lease/owner
+// refers to, or nil.
+func (k *keyState) prevOf(lease, owner string) *pendingHold {
+	for p := k.pend; p != nil; p = p.next {
+		if lease != "" && p.lease != "" {
+			if lease == p.lease {
+				return p
+			}
+		} else if owner != "" && owner == p.owner {
+			return p
+		}
 	}
-	if lease != "" && p.lease != "" {
-		return lease == p.lease
-	}
-	return owner != "" && owner == p.owner
+	return nil
 }
 
 // endEventLocked applies a released, lost or forced event: it ends the hold
@@ -560,12 +575,16 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 			return
 		}
 		a.endHoldLocked(sh, k, how, hold)
-	case k.isPrev(lease, owner):
-		if how == endLost && ts >= k.pend.expires {
-			a.resolvePendingLocked(k, true, false)
+	case k.prevOf(lease, owner) != nil:
+		p := k.prevOf(lease, owner)
+		if how == endLost && ts >= p.expires {
+			a.resolvePendingLocked(k, p, true, false)
 			return
 		}
-		a.resolvePendingLocked(k, false, false)
+		if hold == 0 {
+			hold = time.Duration(max(ts-p.since, 0))
+		}
+		a.resolvePendingLocked(k, p, false, false)
 		a.holdLocked(k, hold)
 	case !k.endedAlready(lease, owner):
 		// A hold we never saw begin (collector started mid-hold, or its
@@ -591,31 +610,80 @@ func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.
 // it waits in the pending slot until its end event (released before expiry)
 // or the expiry grace decides.
 func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
-	if k.pend != nil {
-		a.resolvePendingLocked(k, true, false)
-	}
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {
-		k.pend = &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt}
-		a.pendingKeys = append(a.pendingKeys, k)
+		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt})
 	}
 }
 
-// resolvePendingLocked decides k's superseded hold: expired, or ended by an
-// event that arrived late.
-func (a *Aggregator) resolvePendingLocked(k *keyState, expired, confirmed bool) {
-	p := k.pend
-	if p == nil {
+// parkLocked adds p to k's pending holds, deciding the oldest as expired if
+// k has too many.
+func (a *Aggregator) parkLocked(k *keyState, p *pendingHold) {
+	if k.pend == nil {
+		a.pendingKeys = append(a.pendingKeys, k)
+	}
+	p.next, k.pend = k.pend, p
+	n, last := 0, p
+	for q := p; q != nil; q = q.next {
+		n, last = n+1, q
+	}
+	if n > maxPending {
+		a.resolvePendingLocked(k, last, true, false)
+	}
+}
+
+// sameHold reports whether lease/owner names k's current (or last) hold,
+// held or not.
+func (k *keyState) sameHold(lease, owner string) bool {
+	if lease != "" && k.lease != "" {
+		return lease == k.lease
+	}
+	return owner == k.owner
+}
+
+// olderAcquisitionLocked handles an acquisition, by another lease, from
+// before the start of k's current (or last) hold: it describes an older
+// hold whose events reached the stream late (each process's emitter
+// flushes on its own schedule). The caller has counted it (acquisitions,
+// wait, contention, handoff); it does not take the key from the hold we
+// know, and its end events, matching neither that hold nor the pending
+// one, observe their hold time and end nothing else. Like an in-order
+// supersede, an older hold whose TTL ran out before the known hold began
+// may have expired while held: it is parked in the pending slot (if free)
+// until its late end event or the expiry grace decides. An older hold whose
+// TTL ran past the known hold's start must have ended before it: it is
+// never counted as expired. Reports whether ts was such an acquisition.
+func (a *Aggregator) olderAcquisitionLocked(k *keyState, lease, owner string, ts int64, ttl time.Duration) bool {
+	if k.since == 0 || ts >= k.since || k.sameHold(lease, owner) || k.prevOf(lease, owner) != nil {
+		return false
+	}
+	if ttl > 0 && ts+int64(ttl) <= k.since {
+		a.parkLocked(k, &pendingHold{lease: lease, owner: owner, since: ts, expires: ts + int64(ttl)})
+	}
+	return true
+}
+
+// resolvePendingLocked decides p, one of k's superseded holds: expired, or
+// ended by an event that arrived late.
+func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, confirmed bool) {
+	at := &k.pend
+	for *at != nil && *at != p {
+		at = &(*at).next
+	}
+	if p == nil || *at == nil {
 		return
 	}
+	*at = p.next
+	p.next = nil
 	if expired {
 		a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
 		a.holdLocked(k, time.Duration(p.expires-p.since))
 	}
-	k.pend = nil
-	if i := slices.Index(a.pendingKeys, k); i >= 0 {
-		a.pendingKeys = slices.Delete(a.pendingKeys, i, i+1)
+	if k.pend == nil {
+		if i := slices.Index(a.pendingKeys, k); i >= 0 {
+			a.pendingKeys = slices.Delete(a.pendingKeys, i, i+1)
+		}
 	}
 }
 
@@ -652,8 +720,8 @@ func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner str
 			hold = time.Duration(ts - k.since)
 		}
 		a.expireLocked(sh, k, ts, hold, passive, "")
-	case k.isPrev(lease, owner):
-		a.resolvePendingLocked(k, true, passive)
+	case k.prevOf(lease, owner) != nil:
+		a.resolvePendingLocked(k, k.prevOf(lease, owner), true, passive)
 	case k.endedAlready(lease, owner):
 		if k.ended == endExpired && passive {
 			a.exps.confirm(k.expSeq)
@@ -679,6 +747,16 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 	switch {
 	case k.matches(lease, owner):
 		setTTL()
+	case k.prevOf(lease, owner) != nil:
+		// A late renewal of a superseded hold. If it ran past the start of
+		// the current hold, the old hold ended before that by an end event
+		// still to come (or lost), not by expiry.
+		p := k.prevOf(lease, owner)
+		if ttl <= 0 || ts+int64(ttl) > k.since {
+			a.resolvePendingLocked(k, p, false, false)
+		} else {
+			p.expires = ts + int64(ttl)
+		}
 	case k.held:
 		// Another lease holds the key in our view; a renewal cannot succeed
 		// for two leases, so keep the holder we know.
@@ -718,10 +796,18 @@ func (a *Aggregator) KeyExpired(key string) {
 	}
 	clock := a.eventClock(now)
 	switch {
-	case k.pend != nil:
-		// The superseded hold is the one that expired (the new holder's
-		// acquisition was applied before this notification arrived).
-		a.resolvePendingLocked(k, true, true)
+	case k.pend != nil && !(k.held && k.expiresAt > 0 && clock >= k.expiresAt):
+		// A superseded (or late older) hold is the one that expired: the
+		// current holder's acquisition was applied before this
+		// notification arrived, and its own TTL has not lapsed yet. Of the
+		// pending holds, the one whose TTL lapsed last before now.
+		var exp *pendingHold
+		for p := k.pend; p != nil; p = p.next {
+			if exp == nil || (p.expires <= clock && (exp.expires > clock || p.expires > exp.expires)) {
+				exp = p
+			}
+		}
+		a.resolvePendingLocked(k, exp, true, true)
 	case k.held:
 		a.expireLocked(sh, k, clock, time.Duration(clock-k.since), true, "keyspace")
 	case k.ended == endExpired:
@@ -756,14 +842,20 @@ func (a *Aggregator) Tick() {
 	}
 	for i := 0; i < len(a.pendingKeys); {
 		k := a.pendingKeys[i]
-		if clock > k.pend.expires+grace {
-			sh, _ := a.keys.find(k.key)
-			sh.mu.Lock()
-			a.resolvePendingLocked(k, true, false) // removes k from pendingKeys
-			sh.mu.Unlock()
-			continue
+		sh, _ := a.keys.find(k.key)
+		sh.mu.Lock()
+		for p := k.pend; p != nil; {
+			next := p.next
+			if clock > p.expires+grace {
+				a.resolvePendingLocked(k, p, true, false) // the last removes k from pendingKeys
+			}
+			p = next
 		}
-		i++
+		gone := k.pend == nil
+		sh.mu.Unlock()
+		if !gone {
+			i++
+		}
 	}
 	if a.lastScan != 0 && now-a.lastScan < int64(time.Second) && now >= a.lastScan {
 		return

@@ -55,7 +55,7 @@ type keyState struct {
 	fence     int64
 	expSeq    uint64 // sequence of this key's last entry in the expirations ring
 
-	pend *pendingHold // a superseded hold awaiting its verdict, rarely set
+	pend *pendingHold // superseded holds awaiting their verdict, newest parked first; rarely set
 
 	acquisitions int64
 	failures     int64
@@ -71,12 +71,19 @@ type keyState struct {
 }
 
 // pendingHold is a hold superseded by another owner's acquisition that
-// came after its expiry: expired while held unless its end event (from
-// before its expiry) arrives late.
+// came after its expiry (or an older hold, arriving late, whose TTL ran out
+// before the known hold began): expired while held unless its end event
+// (from before its expiry) arrives late. A key keeps at most maxPending of
+// them, linked through next.
 type pendingHold struct {
 	lease, owner   string
 	since, expires int64
+	next           *pendingHold
 }
+
+// maxPending bounds the pending holds of one key: parking one more decides
+// the oldest as expired.
+const maxPending = 8
 
 // prefix is the first 16 bytes of a key as two big-endian words, zero
 // padded: comparing prefixes orders keys as strings.Compare does, unless
