@@ -10,8 +10,9 @@ import (
 )
 
 // batcher shares round trips between concurrent callers. A caller that finds
-// no round trip in flight runs its script directly on its own goroutine (a
-// lone caller pays nothing extra). Callers that arrive while one is in
+// no round trip in flight, and whose deadline the client enforces (or that
+// has none), runs its script directly on its own goroutine (a lone caller
+// pays nothing extra). Callers that arrive while one is in
 // flight queue up, and a flusher sends everything queued as one pipeline
 // when the wire is free again, so 64 callers cost a few round trips instead
 // of 64. The pipeline is the client's own, so single, Sentinel and Cluster
@@ -22,6 +23,13 @@ import (
 // released (see late).
 type batcher struct {
 	rdb redis.UniversalClient
+	// direct is whether a lone caller may run its script on its own
+	// goroutine even when its context can end: only when the client itself
+	// stops a call at the context's deadline (ContextTimeoutEnabled).
+	// Otherwise go-redis bounds a call on the wire by its ReadTimeout
+	// (3 s by default), not by the context, so such callers go through the
+	// flusher and wait on their context instead.
+	direct bool
 
 	mu       sync.Mutex
 	inflight int     // round trips in flight: a direct run or the flusher
@@ -63,7 +71,18 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func newBatcher(rdb redis.UniversalClient) *batcher {
-	return &batcher{rdb: rdb, arrived: make(chan struct{}, 1)}
+	return &batcher{rdb: rdb, arrived: make(chan struct{}, 1), direct: contextTimeouts(rdb)}
+}
+
+// contextTimeouts reports whether rdb stops calls at their context's deadline.
+func contextTimeouts(rdb redis.UniversalClient) bool {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 // run runs script and returns its command. With the context done before the
@@ -71,7 +90,9 @@ func newBatcher(rdb redis.UniversalClient) *batcher {
 // may still run in Redis.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
 	b.mu.Lock()
-	if b.inflight == 0 {
+	// A context that never ends cannot be honoured any better by waiting
+	// on it, so such a lone caller saves the hand-off to the flusher.
+	if b.inflight == 0 && (b.direct || ctx.Done() == nil) {
 		b.inflight++
 		b.mu.Unlock()
 		cmd := script.Run(ctx, b.rdb, keys, args...)
