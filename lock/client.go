@@ -73,7 +73,7 @@ func (c *Client) record(e event.Event) {
 // come back with Foreign set and the raw value as Owner. With degraded mode
 // on and Redis unreachable, it reports this process's local lock.
 func (c *Client) Inspect(ctx context.Context, key string) (*Holder, error) {
-	res, err := inspectScript.Run(ctx, c.rdb, []string{key}).Slice()
+	res, err := c.batch.run(ctx, inspectScript, []string{key}).Slice()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, ErrNotHeld
@@ -99,7 +99,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Holder, error) {
 // the key does not exist, ErrNotHeld. A successful release is recorded as an
 // event.Forced with the previous holder as Owner and the operator as By.
 func (c *Client) ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*Holder, error) {
-	res, err := forceScript.Run(ctx, c.rdb, []string{key}, fingerprint).Slice()
+	res, err := c.batch.run(ctx, forceScript, []string{key}, fingerprint).Slice()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
 			return nil, ErrNotHeld
