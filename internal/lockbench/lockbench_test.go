@@ -65,6 +65,7 @@ type lib struct {
 
 var libs = []lib{
 	{"lockscope-events", newLockscope(true)},
+	{"lockscope-events-deadline", newDeadline(newLockscope(true))},
 	{"lockscope", newLockscope(false)},
 	{"redislock", newRedislock},
 	{"redsync", newRedsync},
@@ -111,6 +112,22 @@ func (c *lockscopeCycler) close() {
 	if c.em != nil {
 		c.em.Close(context.Background())
 	}
+}
+
+// deadlineCycler gives every cycle a context with a deadline, as most
+// callers do: with go-redis's default options (ContextTimeoutEnabled off) a
+// lone caller then waits on its context through the batcher's flusher
+// instead of sending its script on its own goroutine.
+type deadlineCycler struct{ cycler }
+
+func newDeadline(inner func(*redis.Client) cycler) func(*redis.Client) cycler {
+	return func(rdb *redis.Client) cycler { return deadlineCycler{inner(rdb)} }
+}
+
+func (c deadlineCycler) cycle(ctx context.Context, key string, retry bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.cycler.cycle(ctx, key, retry)
 }
 
 type redislockCycler struct {
