@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -226,8 +227,8 @@ func decodeFields(get func(string) (string, bool)) (Event, error) {
 	for _, f := range durs {
 		if s, ok := get(f.name); ok {
 			n, err := strconv.ParseInt(s, 10, 64)
-			if err != nil || n < 0 {
-				return e, fmt.Errorf("%w: field %q: %.32q is not a non-negative integer", ErrMalformed, f.name, s)
+			if err != nil || n < 0 || n > math.MaxInt64/int64(f.unit) {
+				return e, fmt.Errorf("%w: field %q: %.32q is not a non-negative duration", ErrMalformed, f.name, s)
 			}
 			*f.dst = time.Duration(n) * f.unit
 		}
@@ -361,7 +362,11 @@ func (d *decoder) event(e *Event, prevTS int64) error {
 	e.TS = prevTS + d.varint()
 	e.Wait = time.Duration(d.varint())
 	e.Hold = time.Duration(d.varint())
-	e.TTL = time.Duration(d.varint()) * time.Millisecond
+	ttl := d.varint()
+	if ttl < 0 || ttl > math.MaxInt64/int64(time.Millisecond) {
+		return errors.New("ttl negative or overflows")
+	}
+	e.TTL = time.Duration(ttl) * time.Millisecond
 	e.Attempts = int(d.varint())
 	e.Fence = d.varint()
 	e.Count = d.varint()
