@@ -26,16 +26,16 @@ type Type uint8
 
 // Event types. The zero value is invalid so that a missing type is detected.
 const (
-	TypeInvalid     Type = iota
-	Acquired             // the lock was obtained (wait, attempts)
-	Failed               // an obtain gave up: reason timeout, canceled, error or held
-	Released             // the holder released the lock (hold)
-	Renewed              // the holder extended the TTL
-	RenewFailed          // a renewal attempt failed (reason)
-	Lost                 // the holder found its lock gone or owned by another
-	Expired              // the TTL lapsed while held (collector or keyspace notification)
-	Forced               // an operator force-released the lock
-	Dropped              // an emitter reports how many events it had to drop (count)
+	TypeInvalid Type = iota
+	Acquired         // the lock was obtained (wait, attempts)
+	Failed           // an obtain gave up: reason timeout, canceled, error or held
+	Released         // the holder released the lock (hold)
+	Renewed          // the holder extended the TTL
+	RenewFailed      // a renewal attempt failed (reason)
+	Lost             // the holder found its lock gone or owned by another
+	Expired          // the TTL lapsed while held (collector or keyspace notification)
+	Forced           // an operator force-released the lock
+	Dropped          // an emitter reports how many events it had to drop (count)
 	numTypes
 )
 
