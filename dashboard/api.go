@@ -222,21 +222,23 @@ func newAPIDistribution(d collector.Distribution) apiDistribution {
 }
 
 type apiEvent struct {
-	Type     string    `json:"type"`
-	Owner    string    `json:"owner,omitempty"`
-	OwnerB64 string    `json:"owner_b64,omitempty"`
-	Lease    string    `json:"lease,omitempty"`
-	At       time.Time `json:"at"`
-	Wait     float64   `json:"wait_seconds,omitempty"`
-	Hold     float64   `json:"hold_seconds,omitempty"`
-	TTL      float64   `json:"ttl_seconds,omitempty"`
-	Attempts int       `json:"attempts,omitempty"`
-	Fence    int64     `json:"fence,omitempty"`
-	Reason   string    `json:"reason,omitempty"`
-	Holder   string    `json:"holder,omitempty"`
-	By       string    `json:"by,omitempty"`
-	Degraded bool      `json:"degraded,omitempty"`
-	Passive  bool      `json:"passive,omitempty"`
+	Type      string    `json:"type"`
+	Owner     string    `json:"owner,omitempty"`
+	OwnerB64  string    `json:"owner_b64,omitempty"`
+	Lease     string    `json:"lease,omitempty"`
+	At        time.Time `json:"at"`
+	Wait      float64   `json:"wait_seconds,omitempty"`
+	Hold      float64   `json:"hold_seconds,omitempty"`
+	TTL       float64   `json:"ttl_seconds,omitempty"`
+	Attempts  int       `json:"attempts,omitempty"`
+	Fence     int64     `json:"fence,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Holder    string    `json:"holder,omitempty"`
+	HolderB64 string    `json:"holder_b64,omitempty"`
+	By        string    `json:"by,omitempty"`
+	ByB64     string    `json:"by_b64,omitempty"`
+	Degraded  bool      `json:"degraded,omitempty"`
+	Passive   bool      `json:"passive,omitempty"`
 }
 
 type apiHolder struct {
@@ -313,7 +315,8 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 		v.Recent = append(v.Recent, apiEvent{
 			Type: e.Type.String(), Owner: e.Owner, OwnerB64: b64IfInvalid(e.Owner), Lease: e.Lease, At: e.Time().UTC(),
 			Wait: seconds(e.Wait), Hold: seconds(e.Hold), TTL: seconds(e.TTL), Attempts: e.Attempts, Fence: e.Fence,
-			Reason: e.Reason, Holder: e.Holder, By: e.By, Degraded: e.Degraded, Passive: e.Passive,
+			Reason: e.Reason, Holder: e.Holder, HolderB64: b64IfInvalid(e.Holder), By: e.By, ByB64: b64IfInvalid(e.By),
+			Degraded: e.Degraded, Passive: e.Passive,
 		})
 	}
 	writeJSON(w, r, http.StatusOK, v)

@@ -600,3 +600,48 @@ func TestKeyDetailPage(t *testing.T) {
 		t.Errorf("DELETE overview = %d, want 405", rec.Code)
 	}
 }
+
+// TestAPIEventBytesRoundTrip checks that owner, holder and operator names
+// that are not valid UTF-8 keep their exact bytes in the key detail JSON.
+func TestAPIEventBytesRoundTrip(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "bytes"
+	now := time.Now()
+	bad := []string{"own\xff", "hold\xfe\"<", "by\xc3"}
+	f.agg.Apply([]event.Event{
+		{Type: event.Failed, Key: key, Owner: bad[0], Lease: "l1", TS: now.UnixNano(), Reason: event.ReasonHeld, Holder: bad[1], Attempts: 1},
+		{Type: event.Forced, Key: key, Owner: bad[0], Lease: "l0", TS: now.Add(time.Millisecond).UnixNano(), By: bad[2], Reason: "stuck"},
+	})
+	rec := f.do(t, req{target: "/api/v1/locks/" + url.PathEscape(key)})
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET key detail = %d, want 200; body %.300s", rec.Code, rec.Body.String())
+	}
+	type ev struct {
+		Type      string `json:"type"`
+		Owner     string `json:"owner"`
+		OwnerB64  string `json:"owner_b64"`
+		Holder    string `json:"holder"`
+		HolderB64 string `json:"holder_b64"`
+		By        string `json:"by"`
+		ByB64     string `json:"by_b64"`
+	}
+	v := decodeJSON[struct {
+		Recent []ev `json:"recent"`
+	}](t, rec)
+	got := map[string]string{}
+	for _, e := range v.Recent {
+		switch e.Type {
+		case "failed":
+			got["owner"] = jsonKey(t, e.Owner, e.OwnerB64)
+			got["holder"] = jsonKey(t, e.Holder, e.HolderB64)
+		case "forced":
+			got["by"] = jsonKey(t, e.By, e.ByB64)
+		}
+	}
+	want := map[string]string{"owner": bad[0], "holder": bad[1], "by": bad[2]}
+	for k, w := range want {
+		if got[k] != w {
+			t.Errorf("recent event %s = %q, want %q (exact bytes)", k, got[k], w)
+		}
+	}
+}
