@@ -1,7 +1,6 @@
 package alerts
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,6 +26,7 @@ import (
 	"github.com/lockscope/lockscope/alerts/promqltest"
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -209,24 +209,11 @@ func isLockAlert(name string) bool {
 // prometheusServer is a running Prometheus server.
 type prometheusServer struct {
 	base string
-	out  *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
+	out  *syncbuf.Buffer
 }
 
 func (p *prometheusServer) logs() string {
-	p.out.mu.Lock()
-	defer p.out.mu.Unlock()
-	return "prometheus output:\n" + p.out.b.String()
+	return "prometheus output:\n" + p.out.String()
 }
 
 // startPrometheus runs /usr/bin/prometheus on a free loopback port,
@@ -268,7 +255,7 @@ scrape_configs:
 	addr := ln.Addr().String()
 	ln.Close()
 
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	cmd := exec.Command(bin,
 		"--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),

@@ -178,8 +178,9 @@ func (c *Collector) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
-	spawn(c.tick)
-	spawn(c.pollStats)
+	spawn(func(ctx context.Context) { every(ctx, tickEvery, c.agg.Tick) })
+	// Errors of the stats poll are the fetcher's to report.
+	spawn(func(ctx context.Context) { every(ctx, statsEvery, func() { c.inspect(ctx) }) })
 	spawn(c.watch)
 	c.ingest(ctx)
 	cancel()
@@ -187,15 +188,16 @@ func (c *Collector) Run(ctx context.Context) error {
 	return nil
 }
 
-func (c *Collector) tick(ctx context.Context) {
-	t := time.NewTicker(tickEvery)
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.agg.Tick()
+			fn()
 		}
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -48,20 +47,6 @@ type gapTracker struct {
 	gen uint64
 	off int64 // entries the group's entries-read is known to be short by
 	lag int64 // last lag reported
-}
-
-func (c *Collector) pollStats(ctx context.Context) {
-	t := time.NewTicker(statsEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			// Errors are the fetcher's to report.
-			c.inspect(ctx)
-		}
-	}
 }
 
 // inspect reads the stream's and groups' state, reports lag, pending and any

@@ -1,7 +1,6 @@
 package collector
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 )
 
 // Test helpers shared by the collector's ingest and watch tests.
@@ -126,22 +126,7 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 }
 
 // logBuffer collects a Collector's log lines.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ syncbuf.Buffer }
 
 func (b *logBuffer) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug}))

@@ -21,6 +21,7 @@ import (
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -33,7 +34,7 @@ type fixture struct {
 	lc   *lock.Client
 	rdb  redis.UniversalClient
 	pfx  string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 }
 
 const (
@@ -50,7 +51,7 @@ func operatorOptions() *Options {
 func newFixture(t *testing.T, opt *Options) *fixture {
 	t.Helper()
 	srv := redistest.Shared(t)
-	f := &fixture{rdb: srv.Client(t), pfx: redistest.KeyPrefix(t), logs: &syncBuffer{}}
+	f := &fixture{rdb: srv.Client(t), pfx: redistest.KeyPrefix(t), logs: &syncbuf.Buffer{}}
 	f.agg = collector.NewAggregator(collector.Config{})
 	f.lc = lock.New(f.rdb, &lock.Options{Owner: "test-owner", Recorder: &applyRecorder{agg: f.agg}})
 	if opt == nil {
@@ -76,23 +77,6 @@ func (r *applyRecorder) Record(e event.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.agg.Apply([]event.Event{e})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // req describes one request to the handler.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 )
 
 // These tests build the lockscope binary and drive it as a user would: flags,
@@ -68,32 +68,14 @@ func lockscopeBinary(t *testing.T) string {
 	return binary
 }
 
-// syncBuffer is a bytes.Buffer safe to read while the process writes it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a running lockscope process.
 type proc struct {
 	t      *testing.T
 	args   []string
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *syncbuf.Buffer
+	stderr *syncbuf.Buffer
 	done   chan struct{}
 	code   int
 }
@@ -114,7 +96,7 @@ func environ(env []string) []string {
 // the end of the test if still running.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, args: args, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, args: args, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(lockscopeBinary(t), args...)
 	p.cmd.Env = environ(env)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr

@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 )
 
 // lockscopeBin is the real binary, built once for the tests that run at
@@ -57,28 +57,10 @@ func buildLockscope(t *testing.T) string {
 	return filepath.Join(b.dir, "lockscope")
 }
 
-// lockedBuffer collects a process's output safely while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // proc is a running lockscope command.
 type proc struct {
 	cmd    *exec.Cmd
-	out    lockedBuffer // stdout and stderr
+	out    syncbuf.Buffer // stdout and stderr
 	done   chan struct{}
 	listen string // serve: host:port of its HTTP server
 }
