@@ -125,13 +125,6 @@ func fmtClock(t time.Time) string {
 	return t.Format("15:04:05.000")
 }
 
-func fmtTimestamp(t time.Time) string {
-	if t.IsZero() {
-		return ""
-	}
-	return t.UTC().Format(time.RFC3339Nano)
-}
-
 func trimFloat(f float64, prec int) string {
 	s := strconv.FormatFloat(f, 'f', prec, 64)
 	if strings.Contains(s, ".") {

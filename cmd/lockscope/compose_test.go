@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -459,7 +458,7 @@ func TestDockerBuildContextIsComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-e", "-deps",
+	cmd := exec.Command(goTool(), "list", "-e", "-deps",
 		"-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}{{range .DepsErrors}}{{.}}{{end}}", "./cmd/lockscope")
 	cmd.Dir = ctxDir
 	cmd.Env = append(environ(nil), "GOFLAGS=-mod=readonly")

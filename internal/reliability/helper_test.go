@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,7 +48,6 @@ type helperProc struct {
 	cmd            *exec.Cmd
 	stdout, stderr bytes.Buffer
 	done           chan struct{}
-	once           sync.Once
 }
 
 // startHelper starts helper name with cfg (JSON) in a child process, killed
