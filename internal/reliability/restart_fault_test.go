@@ -62,10 +62,11 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 	go func() {
 		colDone <- collector.New(colRDB, agg, &collector.Options{Stream: stream, Consumer: "c1", Logger: quietLog()}).Run(colCtx)
 	}()
-	// Ready once the group exists and the collector says so (before Run
-	// starts, Health is nil too).
+	// Ready once the group exists and the collector says so. Before Run
+	// starts Health is nil too, so the group is checked first: once it
+	// exists Run has started, and nil health then means ready.
 	if !waitFor(testCtx(t, 10*time.Second), func() bool {
-		return agg.Health() == nil && len(colRDB.XInfoGroups(ctx, stream).Val()) == 1
+		return len(colRDB.XInfoGroups(ctx, stream).Val()) == 1 && agg.Health() == nil
 	}) {
 		t.Fatalf("collector not ready: %v", agg.Health())
 	}
