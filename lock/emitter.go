@@ -18,6 +18,12 @@ type EmitterOptions struct {
 	// Stream is the stream key; "" means event.DefaultStream. Ignored when
 	// Sink is set.
 	Stream string
+	// Partitions spreads events by lock key over this many streams,
+	// event.Streams(Stream, Partitions), so that a Redis Cluster spreads
+	// them over its masters; a key's events stay in order in its partition.
+	// 0 or 1 means the one stream Stream. Collectors must read the same
+	// number of partitions. Ignored when Sink is set.
+	Partitions int
 	// MaxLen trims the stream with XADD MAXLEN ~ MaxLen (entries, and an
 	// entry holds a whole batch); 0 means 1_000_000, negative means never
 	// trim. Ignored when Sink is set.
@@ -132,7 +138,11 @@ func NewEmitter(rdb redis.UniversalClient, opt *EmitterOptions) *Emitter {
 		case o.MaxLen < 0:
 			o.MaxLen = 0
 		}
-		o.Sink = NewStreamSink(rdb, o.Stream, o.MaxLen)
+		if o.Partitions > 1 {
+			o.Sink = NewPartitionedStreamSink(rdb, o.Stream, o.Partitions, o.MaxLen)
+		} else {
+			o.Sink = NewStreamSink(rdb, o.Stream, o.MaxLen)
+		}
 	}
 	if o.BufferSize <= 0 {
 		o.BufferSize = defaultBufferSize

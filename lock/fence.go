@@ -3,6 +3,8 @@ package lock
 import (
 	"strings"
 	"sync"
+
+	"github.com/lockscope/lockscope/event"
 )
 
 // FencePrefix starts every fence counter key.
@@ -49,28 +51,7 @@ func hashTag(key string) (string, bool) {
 }
 
 // Slot returns the Redis Cluster hash slot of key (CLUSTER KEYSLOT).
-func Slot(key string) int {
-	if tag, ok := hashTag(key); ok {
-		key = tag
-	}
-	return int(crc16(key) % 16384)
-}
-
-// crc16 is CRC-16/XMODEM, the checksum Redis Cluster uses.
-func crc16(s string) uint16 {
-	var crc uint16
-	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
+func Slot(key string) int { return int(event.Slot(key)) }
 
 var (
 	slotTagsOnce sync.Once
@@ -92,7 +73,7 @@ func slotTag(slot int) string {
 				return
 			}
 			if depth == 0 {
-				s := crc16(string(buf)) % 16384
+				s := int(event.Slot(string(buf))) // buf holds no braces
 				if slotTags[s] == "" {
 					slotTags[s] = string(buf)
 					left--

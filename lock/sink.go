@@ -24,7 +24,7 @@ type StreamSink struct {
 	rdb    redis.UniversalClient
 	stream string
 	maxLen int64
-	bufs   sync.Pool // *[]byte, reused only after a write succeeded
+	bufs   sync.Pool // *packBuf, reused only after a write succeeded
 }
 
 var _ Sink = (*StreamSink)(nil)
@@ -50,45 +50,69 @@ func (s *StreamSink) Write(ctx context.Context, events []event.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	bp, _ := s.bufs.Get().(*[]byte)
-	if bp == nil {
-		bp = new([]byte)
+	pb, _ := s.bufs.Get().(*packBuf)
+	if pb == nil {
+		pb = new(packBuf)
 	}
-	b := (*bp)[:0]
-	var prev int64
-	first := 0
-	for i := range events {
-		mark := len(b)
-		b = event.AppendPacked(b, &events[i], prev)
-		if i > first && (len(b) > event.MaxBatchBytes || i-first == event.MaxBatchEvents) {
-			// Events i... start the next entry, with TS deltas restarting from 0.
-			if err := s.xadd(ctx, i-first, b[:mark]); err != nil {
-				return err
-			}
-			first = i
-			b = event.AppendPacked(b[:0], &events[i], 0)
+	pb.reset()
+	pb.pack(events)
+	for _, e := range pb.entries {
+		if err := s.xadd(ctx, e.n, pb.b[e.start:e.end]); err != nil {
+			return err
 		}
-		prev = events[i].TS
 	}
-	if err := s.xadd(ctx, len(events)-first, b); err != nil {
-		return err
-	}
-	*bp = b[:0]
-	s.bufs.Put(bp)
+	s.bufs.Put(pb) // only after every write succeeded: go-redis keeps nothing after a reply
 	return nil
 }
 
 func (s *StreamSink) xadd(ctx context.Context, n int, batch []byte) error {
-	err := s.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: s.stream,
-		MaxLen: s.maxLen,
-		Approx: true,
-		Values: event.PackedFields(n, batch),
-	}).Err()
+	err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.maxLen, n, batch)).Err()
 	if err != nil {
 		return fmt.Errorf("lock: XADD %d events to %q: %w", n, s.stream, err)
 	}
 	return nil
+}
+
+func xaddArgs(stream string, maxLen int64, n int, batch []byte) *redis.XAddArgs {
+	return &redis.XAddArgs{
+		Stream: stream,
+		MaxLen: maxLen,
+		Approx: true,
+		Values: event.PackedFields(n, batch),
+	}
+}
+
+// packBuf holds packed entries: one buffer, and where each entry lies in it.
+type packBuf struct {
+	b       []byte
+	entries []packedEntry
+}
+
+type packedEntry struct{ start, end, n int }
+
+func (pb *packBuf) reset() { pb.b, pb.entries = pb.b[:0], pb.entries[:0] }
+
+// pack appends events as packed entries, starting a new entry only where
+// the decoder's limits (event.MaxBatchEvents, event.MaxBatchBytes) require.
+func (pb *packBuf) pack(events []event.Event) {
+	if len(events) == 0 {
+		return
+	}
+	start, first := len(pb.b), 0
+	var prev int64
+	for i := range events {
+		mark := len(pb.b)
+		pb.b = event.AppendPacked(pb.b, &events[i], prev)
+		if i > first && (len(pb.b)-start > event.MaxBatchBytes || i-first == event.MaxBatchEvents) {
+			// Events i... start the next entry, with TS deltas restarting
+			// from 0: re-encode event i after the entry just closed.
+			pb.entries = append(pb.entries, packedEntry{start, mark, i - first})
+			pb.b = event.AppendPacked(pb.b[:mark], &events[i], 0)
+			start, first = mark, i
+		}
+		prev = events[i].TS
+	}
+	pb.entries = append(pb.entries, packedEntry{start, len(pb.b), len(events) - first})
 }
 
 // MemorySink keeps every event written to it, for tests (yours and ours). It
