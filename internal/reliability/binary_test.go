@@ -27,7 +27,7 @@ var lockscopeBin struct {
 
 // buildLockscope returns the path of the lockscope binary built from this
 // tree, building it if no running test has.
-func buildLockscope(t *testing.T) string {
+func buildLockscope(t testing.TB) string {
 	t.Helper()
 	b := &lockscopeBin
 	b.Lock()
@@ -67,7 +67,7 @@ type proc struct {
 
 // startLockscope runs bin with args; it is killed at the end of the test if
 // still running.
-func startLockscope(t *testing.T, bin string, env []string, args ...string) *proc {
+func startLockscope(t testing.TB, bin string, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(bin, args...), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
@@ -96,7 +96,7 @@ func tail(s string, n int) string {
 
 // startServe runs `lockscope serve` against redisURL on a free port and
 // waits until /healthz answers.
-func startServe(t *testing.T, bin, redisURL string, env []string, args ...string) *proc {
+func startServe(t testing.TB, bin, redisURL string, env []string, args ...string) *proc {
 	t.Helper()
 	port, err := redistest.FreePort()
 	if err != nil {
@@ -142,7 +142,7 @@ func (p *proc) metrics(ctx context.Context, t *testing.T) families {
 }
 
 // kill sends SIGKILL and waits for the process to die.
-func (p *proc) kill(t *testing.T) {
+func (p *proc) kill(t testing.TB) {
 	t.Helper()
 	p.cmd.Process.Kill()
 	select {

@@ -1,0 +1,111 @@
+package reliability
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// BenchmarkServeDrain measures the collector end to end the way an operator
+// would see it: a stream pre-filled by the lock package's StreamSink with
+// drainEvents events (acquired + released pairs, packed batches of 512),
+// then the real `lockscope serve` binary started on it with a new group;
+// timed from the process start until its /metrics counts every event.
+// Reported: events/s (wall clock) and serve's CPU time per event
+// (user+system from /proc, start-up included).
+//
+//	go test -run '^$' -bench BenchmarkServeDrain -benchtime 1x -count 5 ./internal/reliability/
+func BenchmarkServeDrain(b *testing.B) {
+	for _, keys := range []int{10_000, 500_000} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			bin := buildLockscope(b)
+			srv := redistest.Start(b, redistest.Options{})
+			rdb := srv.Client(b)
+			ctx := testCtx(b, 10*time.Minute)
+			var elapsed time.Duration
+			var cpu time.Duration
+			for i := 0; i < b.N; i++ {
+				stream := "drain:" + strconv.Itoa(i)
+				fillStream(ctx, b, lock.NewStreamSink(rdb, stream, -1), keys)
+				start := time.Now()
+				p := startServe(b, bin, srv.URL(), nil, "--stream", stream)
+				var counted float64
+				if !waitFor(ctx, func() bool {
+					m, _, err := scrape(ctx, p.url("/metrics"))
+					if err == nil {
+						counted = m.sum("lockscope_events_total")
+					}
+					return counted >= drainEvents
+				}) {
+					b.Fatalf("serve counted %v of %d events", counted, drainEvents)
+				}
+				elapsed += time.Since(start)
+				c, err := procCPU(p.cmd.Process.Pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu += c
+				if counted != drainEvents {
+					b.Fatalf("serve counted %v events, want %d", counted, drainEvents)
+				}
+				p.kill(b)
+				rdb.Del(ctx, stream)
+			}
+			b.ReportMetric(float64(drainEvents*b.N)/elapsed.Seconds(), "events/s")
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(drainEvents*b.N), "cpu-ns/event")
+		})
+	}
+}
+
+const drainEvents = 1_000_000
+
+// fillStream writes drainEvents events: acquire and release of keys
+// distinct keys in turn, timestamps over the last minute.
+func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys int) {
+	b.Helper()
+	batch := make([]event.Event, 0, 512)
+	base := time.Now().Add(-time.Minute).UnixNano()
+	step := int64(time.Minute) / drainEvents
+	for i := 0; i < drainEvents; i += 2 {
+		k := "order:" + strconv.Itoa(i/2%keys)
+		lease := strconv.FormatInt(int64(i), 16)
+		ts := base + int64(i)*step
+		batch = append(batch,
+			event.Event{Type: event.Acquired, Key: k, Owner: "api/host-1/42", Lease: lease, TS: ts, TTL: 30 * time.Second, Attempts: 1},
+			event.Event{Type: event.Released, Key: k, Owner: "api/host-1/42", Lease: lease, TS: ts + step, Hold: time.Duration(step)})
+		if len(batch) == cap(batch) {
+			if err := s.Write(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	if err := s.Write(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// procCPU is the user+system CPU time of process pid so far.
+func procCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name (which is in parentheses): utime and
+	// stime are the 12th and 13th, in clock ticks (100 per second).
+	s := string(raw)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, os.ErrInvalid
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
