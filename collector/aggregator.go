@@ -118,6 +118,10 @@ type Aggregator struct {
 	evAt        int64       // collector time when evMax was applied
 	eventsTotal int64
 	dropped     int64
+	replaying   bool          // between BeginReplay and EndReplay
+	replayAt    int64         // the replay's clock: the newest replayed event time
+	muted       bool          // counters go to discard (see Replay)
+	discard     *classMetrics // children of unregistered vectors
 }
 
 var _ Querier = (*Aggregator)(nil)
@@ -134,7 +138,8 @@ const (
 type classState struct {
 	name       string
 	stuckAfter time.Duration
-	m          classMetrics
+	m          classMetrics // counted, or the discarding set while muted
+	counted    classMetrics // the exported children
 	held       int
 	stuck      int   // set by Tick
 	oldest     int64 // since of the oldest hold, unix ns (refreshed by Tick)
@@ -152,6 +157,8 @@ func NewAggregator(cfg Config) *Aggregator {
 		tab:     internTab{ids: make(map[string]uint32)},
 	}
 	a.m = newMetrics(a)
+	discard := newMetrics(a).forClass("")
+	a.discard = &discard
 	now := a.nowNS()
 	a.hot = newHotKeys(now)
 	a.cur = a.steps.at(stepOf(now))
@@ -195,7 +202,9 @@ func (a *Aggregator) Apply(evs []event.Event) {
 		evs = evs[len(chunk):]
 		now := a.nowNS()
 		a.mu.Lock()
-		a.advanceLocked(now)
+		if !a.replaying {
+			a.advanceLocked(now)
+		}
 		for i := range chunk {
 			a.applyLocked(&chunk[i], now)
 		}
@@ -269,7 +278,8 @@ func (a *Aggregator) classLocked(name string) *classState {
 	if c, ok := a.classes[name]; ok {
 		return c
 	}
-	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, m: a.m.forClass(name)}
+	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, counted: a.m.forClass(name)}
+	c.m = c.metricsFor(a.muted, a.discard)
 	if d, ok := a.cfg.StuckAfterByClass[name]; ok && d > 0 {
 		c.stuckAfter = d
 	}
@@ -364,7 +374,9 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		a.Malformed(1)
 		return
 	}
-	a.m.eventsBy[e.Type].Inc()
+	if !a.muted {
+		a.m.eventsBy[e.Type].Inc()
+	}
 	a.eventsTotal++
 	ts := e.TS
 	if ts <= 0 || ts > now {
@@ -376,7 +388,9 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 	if e.Type == event.Dropped {
 		if e.Count > 0 {
 			a.dropped += e.Count
-			a.m.dropped.Add(float64(e.Count))
+			if !a.muted {
+				a.m.dropped.Add(float64(e.Count))
+			}
 		}
 		return
 	}
@@ -786,7 +800,9 @@ func (a *Aggregator) KeyExpired(key string) {
 	now := a.nowNS()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.advanceLocked(now)
+	if !a.replaying {
+		a.advanceLocked(now)
+	}
 	sh, h := a.keys.find(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -823,6 +839,9 @@ func (a *Aggregator) Tick() {
 	now := a.nowNS()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.replaying {
+		return // the windows follow the replayed events' time
+	}
 	a.advanceLocked(now)
 	clock := a.eventClock(now)
 	grace := int64(a.cfg.ExpiryGrace)

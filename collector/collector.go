@@ -18,7 +18,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultGroup        = "lockscope"
+	DefaultGroup        = "lockscope" // the shared group of earlier versions (Options.Group)
 	DefaultCount        = 64
 	DefaultBlock        = 500 * time.Millisecond
 	DefaultClaimMinIdle = 30 * time.Second
@@ -37,14 +37,23 @@ type Options struct {
 	// Stream is the stream key events are read from. "" means
 	// event.DefaultStream.
 	Stream string
-	// Group is the consumer group. "" means "lockscope". Collectors sharing a
-	// group split the stream between them (and take over each other's
-	// unacknowledged entries); replicas that must each see every event need
-	// their own group.
+	// Replica names this collector among the replicas reading the stream:
+	// each replica reads every event through its own consumer group
+	// (ReplicaGroupPrefix + Replica) and rebuilds its picture at start (see
+	// rebuild.go). "" means the hostname. Two live processes with the same
+	// name would split the stream: the second one refuses to read (its
+	// health says why) until the first one is gone.
+	Replica string
+	// Group, when set, replaces the replica's own group by a group shared
+	// with other collectors: they split the stream between them (each sees
+	// part of every lock's events) and take over each other's
+	// unacknowledged entries; nothing is rebuilt at start. Collectors that
+	// share a group are logged as an error.
 	Group string
-	// Consumer names this collector within the group. "" means
-	// "<hostname>-<pid>". A restarted collector with the same name first
-	// re-reads its own unacknowledged entries.
+	// Consumer names this collector within a shared Group. "" means
+	// "<hostname>-<pid>" (with a shared Group) or the replica name. A
+	// restarted collector with the same name first re-reads its own
+	// unacknowledged entries.
 	Consumer string
 	// Count is the number of entries asked for per XREADGROUP. 0 means 64;
 	// an entry written by the Go emitter packs up to ~512 events.
@@ -59,12 +68,11 @@ type Options struct {
 	// one claims it with XAUTOCLAIM, at start and every ClaimMinIdle/2.
 	// 0 means 30s.
 	ClaimMinIdle time.Duration
-	// Backfill applies only when the group does not exist yet (the first
-	// collector ever): the group is created at the stream position this
-	// long ago by the Redis server's clock, so events written shortly before
-	// the first collector started are counted while a long history is not
-	// replayed. 0 means 5m; negative means "$" (only events written from
-	// now on).
+	// Backfill is how much of the stream's past a replica replays at start
+	// (by the Redis server's clock), and where a shared Group that does not
+	// exist yet is created: events written shortly before the collector
+	// started are counted while a long history is not replayed. 0 means 5m;
+	// negative means only events written from now on.
 	Backfill time.Duration
 	// Watch are Redis glob patterns of keys locked by other libraries
 	// (redis-py, node-redlock, redsync, redislock) to follow passively
@@ -82,14 +90,20 @@ func (o Options) withDefaults() Options {
 	if o.Stream == "" {
 		o.Stream = event.DefaultStream
 	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "collector"
+	}
+	if o.Replica == "" {
+		o.Replica = host
+	}
 	if o.Group == "" {
-		o.Group = DefaultGroup
+		o.Group = ReplicaGroupPrefix + o.Replica
+		if o.Consumer == "" {
+			o.Consumer = o.Replica
+		}
 	}
 	if o.Consumer == "" {
-		host, err := os.Hostname()
-		if err != nil || host == "" {
-			host = "collector"
-		}
 		o.Consumer = host + "-" + strconv.Itoa(os.Getpid())
 	}
 	if o.Count <= 0 {
@@ -132,6 +146,15 @@ type Collector struct {
 	mu          sync.Mutex
 	lastApplied string // highest entry ID applied (acked or not)
 
+	// replica: the group is this replica's own (Options.Group was ""): the
+	// picture is rebuilt at start, then replayed is closed and the ticker,
+	// the watcher and the checkpoint writer start.
+	replica bool
+	rebuilt bool // fetcher only
+	// sharedWarned: the shared group's other readers were logged (fetcher only).
+	sharedWarned bool
+	replayed     chan struct{}
+
 	groupGen atomic.Uint64 // bumped whenever this collector (re)creates the group
 	entries  atomic.Int64  // entries applied, malformed included
 	applied  atomic.Int64  // events passed to Aggregator.Apply from the stream
@@ -144,15 +167,22 @@ func New(rdb redis.UniversalClient, agg *Aggregator, opt *Options) *Collector {
 	if opt != nil {
 		o = *opt
 	}
+	replica := o.Group == ""
 	o = o.withDefaults()
-	return &Collector{
+	c := &Collector{
 		rdb: rdb,
 		agg: agg,
 		opt: o,
 		log: o.Logger.With("component", "collector", "stream", o.Stream, "group", o.Group),
 
+		replica:    replica,
+		replayed:   make(chan struct{}),
 		staleAfter: staleConsumerAfter,
 	}
+	if !replica {
+		close(c.replayed)
+	}
+	return c
 }
 
 var (
@@ -178,10 +208,24 @@ func (c *Collector) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); f(ctx) }()
 	}
-	spawn(func(ctx context.Context) { every(ctx, tickEvery, c.agg.Tick) })
+	// What the ticker and the watcher apply follows the collector's clock:
+	// they start once the replay at start (if any) is done.
+	afterReplay := func(f func(context.Context)) func(context.Context) {
+		return func(ctx context.Context) {
+			select {
+			case <-ctx.Done():
+			case <-c.replayed:
+				f(ctx)
+			}
+		}
+	}
+	spawn(afterReplay(func(ctx context.Context) { every(ctx, tickEvery, c.agg.Tick) }))
 	// Errors of the stats poll are the fetcher's to report.
 	spawn(func(ctx context.Context) { every(ctx, statsEvery, func() { c.inspect(ctx) }) })
-	spawn(c.watch)
+	spawn(afterReplay(c.watch))
+	if c.replica {
+		spawn(afterReplay(c.writeCheckpoints))
+	}
 	c.ingest(ctx)
 	cancel()
 	wg.Wait()

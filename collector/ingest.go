@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -31,6 +32,12 @@ type batch struct {
 	// everything handed over before it is applied and acknowledged (or
 	// remembered as unacknowledged).
 	barrier chan struct{}
+	// replay marks entries read back at start (see rebuild): applied by
+	// event time, never acknowledged; count false mutes their metrics.
+	// events carries already decoded events (a checkpoint's holders).
+	replay bool
+	count  bool
+	events []event.Event
 }
 
 // ackTimeout bounds the final acknowledgements, which run after Run's context
@@ -76,6 +83,15 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 			// Entries already handed over are still pending: they must be
 			// applied before this consumer's pending list is read again.
 			settle(out)
+			if c.replica && !c.rebuilt {
+				if err := c.rebuild(ctx, out); err != nil {
+					f.fail(ctx, err)
+					continue
+				}
+				c.rebuilt = true
+				close(c.replayed)
+				f.ok()
+			}
 			if err := c.setup(ctx); err != nil {
 				f.fail(ctx, err)
 				continue
@@ -175,6 +191,7 @@ func (c *Collector) setup(ctx context.Context) error {
 	switch {
 	case err == nil:
 		if _, ok := groups[c.opt.Group]; ok {
+			c.warnShared(ctx)
 			return nil
 		}
 	case errors.As(err, &rerr):
@@ -202,6 +219,26 @@ func (c *Collector) setup(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// warnShared logs, as an error, collectors that share a configured group:
+// each of them sees only part of every lock's events.
+func (c *Collector) warnShared(ctx context.Context) {
+	if c.replica || c.sharedWarned {
+		return
+	}
+	cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, c.opt.Group).Result()
+	if err != nil {
+		return
+	}
+	for _, x := range cs {
+		if x.Name != c.opt.Consumer && x.Idle < 30*time.Second {
+			c.sharedWarned = true
+			c.log.Error("another collector reads the same consumer group: the stream is split between them, so each shows phantom holders and expirations. Drop --group (LOCKSCOPE_GROUP) so that every replica reads every event through its own group",
+				"other_consumer", x.Name)
+			return
+		}
+	}
 }
 
 // startID is where a missing group starts.
@@ -314,6 +351,9 @@ const staleConsumerAfter = time.Hour
 // for staleConsumerAfter. Best effort: a user without XINFO CONSUMERS or
 // XGROUP DELCONSUMER merely keeps the clutter.
 func (c *Collector) forgetStaleConsumers(ctx context.Context) {
+	if c.replica {
+		c.forgetStaleReplicas(ctx)
+	}
 	cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, c.opt.Group).Result()
 	if err != nil {
 		return
@@ -327,6 +367,35 @@ func (c *Collector) forgetStaleConsumers(ctx context.Context) {
 		// between XINFO and DELCONSUMER.
 		if n, err := c.rdb.XGroupDelConsumer(ctx, c.opt.Stream, c.opt.Group, x.Name).Result(); err == nil {
 			c.log.Info("removed idle consumer from the group", "consumer", x.Name, "idle", x.Idle.Round(time.Second), "pending", n)
+		}
+	}
+}
+
+// forgetStaleReplicas destroys the groups of replicas that have not read for
+// staleConsumerAfter (a replica renamed, or scaled down). Best effort, like
+// forgetStaleConsumers.
+func (c *Collector) forgetStaleReplicas(ctx context.Context) {
+	_, groups, err := c.streamInfo(ctx)
+	if err != nil {
+		return
+	}
+	for name := range groups {
+		if name == c.opt.Group || !strings.HasPrefix(name, ReplicaGroupPrefix) {
+			continue
+		}
+		cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, name).Result()
+		if err != nil {
+			continue
+		}
+		live := false
+		for _, x := range cs {
+			live = live || x.Idle < c.staleAfter
+		}
+		if live {
+			continue
+		}
+		if err := c.rdb.XGroupDestroy(ctx, c.opt.Stream, name).Err(); err == nil {
+			c.log.Info("removed the consumer group of a replica gone for good", "group", name, "idle_over", c.staleAfter)
 		}
 	}
 }
@@ -347,6 +416,10 @@ func (a *applier) apply(b batch) {
 	if b.barrier != nil {
 		a.retryAcks()
 		close(b.barrier)
+		return
+	}
+	if b.replay {
+		a.replay(b)
 		return
 	}
 	if b.gen != a.gen {
@@ -396,6 +469,31 @@ func (a *applier) apply(b batch) {
 	c.mu.Unlock()
 	a.ack(a.ids)
 	a.malformed.flushIfDue(c.log)
+}
+
+// replay applies a replay batch: by event time, not acknowledged.
+func (a *applier) replay(b batch) {
+	c := a.c
+	if len(b.events) > 0 {
+		c.agg.Replay(b.events, b.count)
+		return
+	}
+	a.evs = a.evs[:0]
+	bad := 0
+	for i := range b.msgs {
+		var err error
+		if a.evs, err = event.DecodeAppend(a.evs, b.msgs[i].Values); err != nil {
+			bad++
+		}
+	}
+	if bad > 0 && b.count {
+		c.agg.Malformed(bad)
+	}
+	c.agg.Replay(a.evs, b.count)
+	c.applied.Add(int64(len(a.evs)))
+	c.entries.Add(int64(len(b.msgs)))
+	clear(a.evs)
+	a.evs = a.evs[:0]
 }
 
 func (a *applier) flush() {

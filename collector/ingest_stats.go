@@ -60,7 +60,9 @@ func (c *Collector) inspect(ctx context.Context) (*streamInfo, map[string]groupI
 		return nil, nil, err
 	}
 	g, ok := groups[c.opt.Group]
-	if !ok || si == nil {
+	if !ok || si == nil || !c.isReplayed() {
+		// Before the rebuild, the group is the previous incarnation's:
+		// rebuild reports what it missed.
 		return si, groups, nil
 	}
 	missing, lag := c.gaps.update(c.groupGen.Load(), si, g)

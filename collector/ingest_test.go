@@ -218,10 +218,11 @@ func TestIngestPackedAndSingleEntries(t *testing.T) {
 	xaddSingle(t, rdb, stream, single...)
 
 	agg, reg := testAgg(t, Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream})
+	r := startCollector(t, rdb, agg, &Options{Stream: stream})
 	const total = 620
 	waitFor(t, "620 events applied", func() bool { return eventsTotal(agg) >= total })
-	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+	waitFor(t, "ready", func() bool { return agg.Health() == nil })
+	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, r.opt.Group) == 0 })
 
 	if got := eventsTotal(agg); got != total {
 		t.Errorf("Overview().EventsTotal = %d, want %d", got, total)
@@ -301,7 +302,7 @@ func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
 
 	var logs logBuffer
 	agg, reg := testAgg(t, Config{})
-	r := startCollector(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
+	r := startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
 	waitFor(t, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
 	waitFor(t, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
 	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -371,7 +372,7 @@ func TestIngestReplacementClaimsDeadConsumer(t *testing.T) {
 			const total = 10 * 80
 
 			agg, reg := testAgg(t, Config{})
-			startCollector(t, rdb, agg, &Options{Stream: stream, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
+			startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
 			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= total })
 			// Once nothing is pending, nothing can be delivered again.
 			waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -395,7 +396,7 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now())) // 100 events
 	}
 	agg, _ := testAgg(t, Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream})
+	r := startCollector(t, rdb, agg, &Options{Stream: stream})
 	waitFor(t, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
 	waitFor(t, "ready", func() bool { return agg.Health() == nil })
 
@@ -422,7 +423,7 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 		t.Errorf("EventsTotal = %d, want 500", got)
 	}
 	g, err := rdb.XInfoGroups(context.Background(), stream).Result()
-	if err != nil || len(g) != 1 || g[0].Name != DefaultGroup {
+	if err != nil || len(g) != 1 || g[0].Name != r.opt.Group {
 		t.Errorf("XINFO GROUPS after restart = %+v, %v; want the group recreated", g, err)
 	}
 }
@@ -497,7 +498,7 @@ func TestIngestPendingEntriesTrimmedAreAGap(t *testing.T) {
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "b"}, 1, time.Now()))
 
 	agg, reg := testAgg(t, Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, ClaimMinIdle: time.Millisecond})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
 	waitFor(t, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
 	waitFor(t, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
 	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -570,7 +571,7 @@ func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, _ := testAgg(t, Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Count: 1, ClaimMinIdle: time.Millisecond})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Count: 1, ClaimMinIdle: time.Millisecond})
 	// Entries big enough that the applier is the bottleneck: one is
 	// always in flight when the claim runs.
 	keys := keyList(prefix, 50)
@@ -603,7 +604,7 @@ func TestIngestForgetsStaleConsumers(t *testing.T) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: "gone-pending", Streams: []string{stream, ">"}, Block: -1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := New(rdb, NewAggregator(Config{}), &Options{Stream: stream, Consumer: "me"})
+	c := New(rdb, NewAggregator(Config{}), &Options{Stream: stream, Group: DefaultGroup, Consumer: "me"})
 	names := func() []string {
 		cs, err := rdb.XInfoConsumers(ctx, stream, DefaultGroup).Result()
 		if err != nil {

@@ -381,7 +381,8 @@ func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Ti
 		}
 		return
 	}
-	if _, known := w.held[key]; !known && len(w.held) >= maxPassive {
+	_, known := w.held[key]
+	if !known && len(w.held) >= maxPassive {
 		if !w.fullShown {
 			w.fullShown = true
 			w.c.log.Warn("passive watch: too many watched keys held at once; ignoring new ones (narrow the Watch patterns)", "max", maxPassive)
@@ -389,6 +390,14 @@ func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Ti
 		return
 	}
 	w.held[key] = &passiveHold{value: value, since: now, deadline: dl}
+	if resync && !known {
+		// Found held by a scan, not seen acquired: held at least since
+		// now, or since when a checkpoint or the stream says it began
+		// (a renewal of an unknown hold takes the key without counting an
+		// acquisition; one of a known hold keeps its since).
+		w.emit(event.Event{Type: event.Renewed, Key: key, Owner: ownerOf(value), TTL: ttl, TS: now.UnixNano(), Passive: true})
+		return
+	}
 	w.emit(event.Event{Type: event.Acquired, Key: key, Owner: ownerOf(value), TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true})
 }
 

@@ -144,13 +144,14 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	}
 	waitFor(t, "early lock released", func() bool { return !lockInfo(agg, early).Held })
 
-	// early 1 + redis-py 3 + SETNX 1 + expiring 1.
+	// redis-py 3 + SETNX 1 + expiring 1; early was found held by the
+	// start-up scan, not seen acquired: held, released, not an acquisition.
 	checks := []struct {
 		name   string
 		labels []string
 		want   float64
 	}{
-		{"lockscope_acquisitions_total", nil, 6},
+		{"lockscope_acquisitions_total", nil, 5},
 		{"lockscope_releases_total", []string{"outcome", "released"}, 5},
 		{"lockscope_expirations_total", nil, 1},
 		{"lockscope_held_locks", nil, 0},
@@ -160,10 +161,11 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	// 3 extends, plus the SETNX's EXPIRE when the watcher read the value
-	// before EXPIRE ran; never the "expire" SET PX raises with its "set".
-	if got := metric(t, reg, "lockscope_events_total", "type", "renewed"); got != 3 && got != 4 {
-		t.Errorf("lockscope_events_total{type=renewed} = %v, want 3 or 4", got)
+	// early's scan, 3 extends, plus the SETNX's EXPIRE when the watcher read
+	// the value before EXPIRE ran; never the "expire" SET PX raises with its
+	// "set".
+	if got := metric(t, reg, "lockscope_events_total", "type", "renewed"); got != 4 && got != 5 {
+		t.Errorf("lockscope_events_total{type=renewed} = %v, want 4 or 5", got)
 	}
 }
 

@@ -1,0 +1,385 @@
+package collector
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// Replicas and restarts.
+//
+// Every replica reads the whole stream through a consumer group of its own,
+// ReplicaGroupPrefix + its replica name, so any number of replicas show the
+// same picture (a shared group would split the stream: each replica would
+// see a lock's acquire without its release). At start a replica rebuilds its
+// picture from what Redis holds before it reads new entries:
+//
+//  1. the checkpoint (CheckpointKey), written every few seconds by every
+//     live replica: the holders older than the stream window replayed
+//     below, each checked against its lock key (gone: dropped; a value the
+//     library wrote: taken from the value, with the holder's true since);
+//  2. the stream from Backfill ago (or, after a longer outage, from shortly
+//     before the checkpoint) up to its last entry, applied by event time;
+//     entries its previous incarnation had read are applied muted (their
+//     counts were exported before the restart);
+//  3. then its group is recreated at the last replayed entry, so no entry
+//     is applied twice and none out of order (a dead incarnation's pending
+//     entries are part of the replay, not re-delivered 30 s later).
+
+// ReplicaGroupPrefix starts the name of every replica's own consumer group.
+const ReplicaGroupPrefix = "lockscope:replica:"
+
+// Checkpoint tuning.
+const (
+	checkpointEvery  = 5 * time.Second
+	checkpointMinAge = 30 * time.Second // younger holders are in the replayed stream
+	checkpointMax    = 100_000          // holders kept (the oldest first)
+	checkpointTTL    = 24 * time.Hour
+	restoreBatch     = 1000 // lock keys checked per pipeline
+)
+
+// CheckpointKey is where replicas of stream keep their checkpoint.
+func CheckpointKey(stream string) string { return stream + ":checkpoint" }
+
+// isReplayed reports whether the rebuild at start is done (always, with a
+// shared group).
+func (c *Collector) isReplayed() bool {
+	select {
+	case <-c.replayed:
+		return true
+	default:
+		return false
+	}
+}
+
+// errDuplicateReplica reports a second process reading as the same replica.
+var errDuplicateReplica = errors.New("collector: another process is reading as this replica")
+
+// rebuild restores the state at start (see above) and leaves the replica's
+// group positioned after the replayed entries.
+func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
+	si, groups, err := c.streamInfo(ctx)
+	if err != nil {
+		return err
+	}
+	g, existed := groups[c.opt.Group]
+	if existed {
+		if err := c.checkDuplicate(ctx); err != nil {
+			return err
+		}
+	}
+	now, err := c.serverTime(ctx)
+	if err != nil {
+		return err
+	}
+	start := now.Add(-c.opt.Backfill)
+	if c.opt.Backfill < 0 {
+		start = now
+	}
+	ck, ckErr := c.readCheckpoint(ctx)
+	if ckErr != nil {
+		c.log.Warn("could not read the checkpoint: holders older than the replayed stream are missing until they change", "err", ckErr)
+	}
+	if ck != nil && ck.at.Add(-checkpointMinAge).Before(start) {
+		start = ck.at.Add(-checkpointMinAge)
+	}
+	end := "0"
+	if si != nil {
+		end = si.lastGenerated
+	}
+	counted := "" // entries up to this ID were counted before the restart
+	if existed {
+		counted = g.lastDelivered
+		c.reportTrimmedWhileDown(si, g)
+	}
+
+	t0 := time.Now()
+	c.agg.BeginReplay(start)
+	restored := 0
+	if ck != nil {
+		evs, err := c.verifyHolders(ctx, ck.holders, start.UnixNano(), now)
+		if err != nil {
+			c.log.Warn("could not check the checkpoint's holders against their keys: holders older than the replayed stream are missing until they change", "err", err)
+		} else if len(evs) > 0 {
+			out <- batch{events: evs, replay: true}
+			restored = len(evs)
+		}
+	}
+	entries, err := c.replayRange(ctx, out, start, end, counted)
+	if err != nil {
+		var rerr redis.Error
+		if !errors.As(err, &rerr) {
+			return err
+		}
+		c.log.Warn("XRANGE refused: the picture is not rebuilt from the stream after a restart (grant +xrange to the collector's user)", "err", err)
+	}
+	settle(out)
+	// Recreate the group after what was replayed. Only this replica reads
+	// it (checkDuplicate), so destroying it loses nothing.
+	if existed {
+		if err := c.rdb.XGroupDestroy(ctx, c.opt.Stream, c.opt.Group).Err(); err != nil {
+			return fmt.Errorf("recreating this replica's group after the replay (grant +xgroup|destroy to the collector's user): %w", err)
+		}
+	}
+	create := []any{"XGROUP", "CREATE", c.opt.Stream, c.opt.Group, end, "MKSTREAM"}
+	if si != nil && si.hasCounters {
+		// Lag and gap detection need the group's read counter.
+		create = append(create, "ENTRIESREAD", si.entriesAdded)
+	}
+	if err := c.rdb.Do(ctx, create...).Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+		return err
+	}
+	c.groupGen.Add(1)
+	c.mu.Lock()
+	if end != "0" {
+		c.lastApplied = end
+	}
+	c.mu.Unlock()
+	c.agg.EndReplay()
+	c.log.Info("rebuilt the picture from Redis", "from", start.UTC().Format(time.RFC3339), "to_entry", end,
+		"entries", entries, "checkpoint_holders", restored, "restarted", existed, "took", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// reportTrimmedWhileDown counts the entries trimmed from the stream after the
+// previous incarnation's last read and before any replica read them.
+func (c *Collector) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
+	if si == nil || !si.hasCounters || !g.entriesReadValid || g.lastDelivered == si.lastGenerated ||
+		si.firstID != "" && !idLess(g.lastDelivered, si.firstID) {
+		return
+	}
+	if missing := si.entriesAdded - si.length - g.entriesRead; missing > 0 {
+		c.agg.StreamGap(missing)
+		c.log.Warn("stream trimmed past entries the group had not read: events lost (raise the emitters' MAXLEN or add collector capacity)",
+			"missing", missing, "last_delivered", g.lastDelivered, "first_entry", si.firstID)
+	}
+}
+
+// checkDuplicate fails when the replica's consumer is being read by a live
+// process: a live consumer polls every Block, a dead one's idle time grows.
+func (c *Collector) checkDuplicate(ctx context.Context) error {
+	limit := 2*c.opt.Block + 200*time.Millisecond
+	idle := func() (time.Duration, bool, error) {
+		cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, c.opt.Group).Result()
+		if err != nil {
+			return 0, false, err
+		}
+		for _, x := range cs {
+			if x.Name == c.opt.Consumer {
+				return x.Idle, true, nil
+			}
+		}
+		return 0, false, nil
+	}
+	first, found, err := idle()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return nil // XINFO CONSUMERS refused: cannot tell
+	}
+	if err != nil || !found || first >= limit {
+		return err
+	}
+	if !sleep(ctx, limit) {
+		return ctx.Err()
+	}
+	second, found, err := idle()
+	if err != nil || !found || second >= first+limit-50*time.Millisecond {
+		return err
+	}
+	c.log.Error("another lockscope process is reading the stream as the same replica; each would see part of the events. Give every replica its own --replica name (default: hostname and listen port)",
+		"replica", c.opt.Replica, "group", c.opt.Group)
+	return fmt.Errorf("%w %q (group %q)", errDuplicateReplica, c.opt.Replica, c.opt.Group)
+}
+
+func (c *Collector) serverTime(ctx context.Context) (time.Time, error) {
+	now, err := c.rdb.Time(ctx).Result()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return time.Now(), nil // TIME refused: the local clock is close enough
+	}
+	return now, err
+}
+
+// replayRange hands the entries in (start, end] to the applier as replay
+// batches; those up to counted are muted. It returns the entries read.
+func (c *Collector) replayRange(ctx context.Context, out chan<- batch, start time.Time, end, counted string) (int, error) {
+	if end == "0" || end == "" {
+		return 0, nil
+	}
+	from := strconv.FormatInt(max(start.UnixMilli(), 0), 10)
+	n := 0
+	for {
+		msgs, err := c.rdb.XRangeN(ctx, c.opt.Stream, from, end, int64(c.opt.Count)).Result()
+		if err != nil {
+			return n, err
+		}
+		if len(msgs) == 0 {
+			return n, nil
+		}
+		n += len(msgs)
+		// Split at counted: entries up to it are muted.
+		i := 0
+		if counted != "" {
+			for i < len(msgs) && !idLess(counted, msgs[i].ID) {
+				i++
+			}
+		}
+		if i > 0 {
+			out <- batch{msgs: msgs[:i], replay: true}
+		}
+		if i < len(msgs) {
+			out <- batch{msgs: msgs[i:], replay: true, count: true}
+		}
+		last := msgs[len(msgs)-1].ID
+		if last == end || len(msgs) < c.opt.Count {
+			return n, nil
+		}
+		from = "(" + last
+	}
+}
+
+// checkpoint is what readCheckpoint found.
+type checkpoint struct {
+	at      time.Time
+	holders []event.Event
+}
+
+// writeCheckpoints keeps the checkpoint fresh until ctx ends.
+func (c *Collector) writeCheckpoints(ctx context.Context) {
+	failed := false
+	every(ctx, checkpointEvery, func() {
+		if c.agg.Health() != nil {
+			return
+		}
+		err := c.writeCheckpoint(ctx)
+		switch {
+		case err != nil && !failed:
+			c.log.Warn("could not write the checkpoint: a restarted replica will miss holders older than its replayed stream (grant +set on the checkpoint key)", "key", CheckpointKey(c.opt.Stream), "err", err)
+			failed = true
+		case err == nil && failed:
+			c.log.Info("writing the checkpoint again")
+			failed = false
+		}
+	})
+}
+
+// writeCheckpoint stores the holders older than checkpointMinAge in one
+// string value (one SET: no DEL needed, nothing half-written):
+//
+//	lsck1|<unix ms>|{<uvarint n><uvarint len><packed batch of n events>}...
+//
+// with batches of at most event.MaxBatchEvents events.
+func (c *Collector) writeCheckpoint(ctx context.Context) error {
+	now := c.opt.Now()
+	hs := c.agg.Holders(now.Add(-checkpointMinAge), checkpointMax)
+	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
+	for len(hs) > 0 {
+		part := hs[:min(len(hs), event.MaxBatchEvents)]
+		hs = hs[len(part):]
+		packed := event.Pack(part)
+		b = binary.AppendUvarint(b, uint64(len(part)))
+		b = binary.AppendUvarint(b, uint64(len(packed)))
+		b = append(b, packed...)
+	}
+	return c.rdb.Set(ctx, CheckpointKey(c.opt.Stream), b, checkpointTTL).Err()
+}
+
+const checkpointMagic = "lsck1|"
+
+// readCheckpoint returns the checkpoint, or nil when there is none.
+func (c *Collector) readCheckpoint(ctx context.Context) (*checkpoint, error) {
+	s, err := c.rdb.Get(ctx, CheckpointKey(c.opt.Stream)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseCheckpoint(s)
+}
+
+func parseCheckpoint(s string) (*checkpoint, error) {
+	rest, ok := strings.CutPrefix(s, checkpointMagic)
+	if !ok {
+		return nil, errors.New("checkpoint: unknown format")
+	}
+	at, rest, ok := strings.Cut(rest, "|")
+	atMS, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil {
+		return nil, errors.New("checkpoint malformed: time")
+	}
+	ck := &checkpoint{at: time.UnixMilli(atMS)}
+	for len(rest) > 0 {
+		n, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
+		if k <= 0 {
+			return nil, errors.New("checkpoint malformed: count")
+		}
+		rest = rest[k:]
+		l, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
+		if k <= 0 || l > uint64(len(rest)-k) || n > event.MaxBatchEvents || len(ck.holders)+int(n) > checkpointMax {
+			return nil, errors.New("checkpoint malformed: length")
+		}
+		rest = rest[k:]
+		if ck.holders, err = event.DecodeBatch(ck.holders, rest[:l], int(n)); err != nil {
+			return nil, fmt.Errorf("checkpoint malformed: %w", err)
+		}
+		rest = rest[l:]
+	}
+	return ck, nil
+}
+
+// verifyHolders checks the checkpoint's holders that began before start
+// against their keys now and returns the acquisitions to replay: a key gone
+// is dropped; a value written by the library gives the true holder; a
+// foreign value counts when it is still the value the holder was seen with.
+func (c *Collector) verifyHolders(ctx context.Context, hs []event.Event, start int64, now time.Time) ([]event.Event, error) {
+	var out []event.Event
+	for len(hs) > 0 {
+		part := hs[:min(len(hs), restoreBatch)]
+		hs = hs[len(part):]
+		pipe := c.rdb.Pipeline()
+		gets := make([]*redis.StringCmd, len(part))
+		pttls := make([]*redis.DurationCmd, len(part))
+		for i := range part {
+			gets[i] = pipe.Get(ctx, part[i].Key)
+			pttls[i] = pipe.PTTL(ctx, part[i].Key)
+		}
+		_, _ = pipe.Exec(ctx)
+		for i := range part {
+			h := part[i]
+			value, err := gets[i].Result()
+			if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE") {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			pttl, err := pttls[i].Result()
+			if err != nil {
+				return nil, err
+			}
+			if v, err := lock.ParseValue(value); err == nil {
+				h.Owner, h.Lease, h.Fence, h.TS, h.Passive = v.Owner, v.Lease, v.Fence, v.Since.UnixNano(), false
+			} else if !h.Passive || ownerOf(value) != h.Owner {
+				continue
+			}
+			if h.TS >= start || h.TS <= 0 {
+				continue // in the replayed stream
+			}
+			h.TTL = 0
+			if pttl > 0 {
+				h.TTL = now.Add(pttl).Sub(time.Unix(0, h.TS))
+			}
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,120 @@
+package collector
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// Replay: rebuilding the picture after a restart.
+//
+// A restarted collector reads back what the stream retains (and the holders
+// of a checkpoint) before it reads new entries. Replayed events are applied
+// by their own time, not the collector's: the hot-key windows, per-step
+// series and per-key histories they land in are those they would have
+// landed in had the collector kept running. Events the previous incarnation
+// already counted are replayed muted: they rebuild the state (holders,
+// windows, recent expirations and forced releases) without adding to
+// Prometheus counters and histograms, which would otherwise count them
+// twice across the counter reset of the restart.
+//
+// While a replay runs, Tick must not run (it would move the windows to the
+// collector's clock): the Collector starts its ticker only after EndReplay.
+
+// BeginReplay prepares the aggregator for Replay from start on. Called before
+// anything else was applied, it moves the windows back to start so the
+// replayed events fill them in order.
+func (a *Aggregator) BeginReplay(start time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.replaying = true
+	st := start.UnixNano()
+	if now := a.nowNS(); st > now {
+		st = now
+	}
+	if a.eventsTotal == 0 && st > 0 {
+		a.hot = newHotKeys(st)
+		a.cur = a.steps.at(stepOf(st))
+		a.replayAt = st
+	}
+}
+
+// Replay applies events read back from the stream, each at its own time
+// (clamped so that time never goes back, nor past the collector's clock).
+// count false mutes the Prometheus counters and histograms: the events were
+// counted before the restart.
+func (a *Aggregator) Replay(evs []event.Event, count bool) {
+	for len(evs) > 0 {
+		chunk := evs[:min(len(evs), applyChunk)]
+		evs = evs[len(chunk):]
+		real := a.nowNS()
+		a.mu.Lock()
+		if !count {
+			a.muteLocked(true)
+		}
+		for i := range chunk {
+			now := min(max(chunk[i].TS, a.replayAt), real)
+			a.replayAt = now
+			a.advanceLocked(now)
+			a.applyLocked(&chunk[i], now)
+		}
+		a.muteLocked(false)
+		last := a.evMax
+		a.mu.Unlock()
+		if last > 0 {
+			a.m.lastEvent.Set(float64(last) / 1e9)
+		}
+	}
+}
+
+// EndReplay returns to live ingest: windows follow the collector's clock
+// again from the next Apply or Tick.
+func (a *Aggregator) EndReplay() {
+	a.mu.Lock()
+	a.replaying = false
+	a.mu.Unlock()
+}
+
+// muteLocked switches the counters and histograms of every class to a
+// discarding set (muted) or back to the exported ones.
+func (a *Aggregator) muteLocked(muted bool) {
+	if a.muted == muted {
+		return
+	}
+	a.muted = muted
+	for _, c := range a.classes {
+		c.m = c.metricsFor(muted, a.discard)
+	}
+}
+
+func (c *classState) metricsFor(muted bool, discard *classMetrics) classMetrics {
+	if muted {
+		return *discard
+	}
+	return c.counted
+}
+
+// Holders returns the current holds that began before the given time, oldest
+// first and at most max of them, as the acquired events that would recreate
+// them: what a checkpoint keeps so that a restarted collector knows holders
+// older than the stream it replays.
+func (a *Aggregator) Holders(before time.Time, max int) []event.Event {
+	limit := before.UnixNano()
+	var out []event.Event
+	for i := range a.keys.shards {
+		sh := &a.keys.shards[i]
+		sh.mu.Lock()
+		sh.held.each(func(k *keyState) bool {
+			if k.since < limit {
+				out = append(out, event.Event{Type: event.Acquired, Key: k.key, Owner: k.owner, Lease: k.lease,
+					TS: k.since, TTL: k.ttl, Fence: k.fence, Attempts: 1, Passive: k.passive, Degraded: k.degraded})
+			}
+			return true
+		})
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y event.Event) int { return cmp.Compare(x.TS, y.TS) })
+	return out[:min(len(out), max)]
+}
