@@ -843,7 +843,16 @@ func (a *Aggregator) Tick() {
 		return // the windows follow the replayed events' time
 	}
 	a.advanceLocked(now)
-	clock := a.eventClock(now)
+	a.expireDueLocked(a.eventClock(now))
+	if a.lastScan != 0 && now-a.lastScan < int64(time.Second) && now >= a.lastScan {
+		return
+	}
+	a.scanLocked(now, a.eventClock(now))
+}
+
+// expireDueLocked declares expired the holds whose TTL lapsed more than
+// ExpiryGrace before clock, and decides superseded holds the same way.
+func (a *Aggregator) expireDueLocked(clock int64) {
 	grace := int64(a.cfg.ExpiryGrace)
 	for len(a.expiries) > 0 && clock > a.expiries[0].at+grace {
 		it := a.expiries.pop()
@@ -876,9 +885,10 @@ func (a *Aggregator) Tick() {
 			i++
 		}
 	}
-	if a.lastScan != 0 && now-a.lastScan < int64(time.Second) && now >= a.lastScan {
-		return
-	}
+}
+
+// scanLocked refreshes the stuck and oldest-hold figures of every class.
+func (a *Aggregator) scanLocked(now, clock int64) {
 	a.lastScan = now
 	for _, c := range a.classes {
 		c.stuck, c.oldest = 0, 0

@@ -2,10 +2,11 @@ package collector
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"os"
 	"strconv"
 	"sync"
@@ -139,6 +140,8 @@ type Collector struct {
 	running     atomic.Bool
 	noInfoShown atomic.Bool
 	staleAfter  time.Duration // staleConsumerAfter; tests shorten it
+	ckptEvery   time.Duration // checkpointEvery; tests shorten it
+	ckptMinAge  time.Duration // checkpointMinAge; tests shorten it
 	gaps        gapTracker
 
 	// Written by the applier, read by the fetcher when it must recreate
@@ -149,8 +152,9 @@ type Collector struct {
 	// replica: the group is this replica's own (Options.Group was ""): the
 	// picture is rebuilt at start, then replayed is closed and the ticker,
 	// the watcher and the checkpoint writer start.
-	replica bool
-	rebuilt bool // fetcher only
+	replica  bool
+	instance string // random id of this process in the presence key
+	rebuilt  bool   // fetcher only
 	// sharedWarned: the shared group's other readers were logged (fetcher only).
 	sharedWarned bool
 	replayed     chan struct{}
@@ -176,8 +180,11 @@ func New(rdb redis.UniversalClient, agg *Aggregator, opt *Options) *Collector {
 		log: o.Logger.With("component", "collector", "stream", o.Stream, "group", o.Group),
 
 		replica:    replica,
+		instance:   rand.Text(),
 		replayed:   make(chan struct{}),
 		staleAfter: staleConsumerAfter,
+		ckptEvery:  checkpointEvery,
+		ckptMinAge: checkpointMinAge,
 	}
 	if !replica {
 		close(c.replayed)
@@ -225,6 +232,7 @@ func (c *Collector) Run(ctx context.Context) error {
 	spawn(afterReplay(c.watch))
 	if c.replica {
 		spawn(afterReplay(c.writeCheckpoints))
+		spawn(afterReplay(c.keepPresence))
 	}
 	c.ingest(ctx)
 	cancel()
@@ -262,7 +270,7 @@ func (b *backoff) next() time.Duration {
 	case b.cur < backoffMax:
 		b.cur = min(2*b.cur, backoffMax)
 	}
-	return b.cur/2 + rand.N(b.cur/2+1)
+	return b.cur/2 + mrand.N(b.cur/2+1)
 }
 
 func (b *backoff) reset() { b.cur = 0 }

@@ -175,6 +175,8 @@ func (f *fetcher) ok() {
 func (c *Collector) describe(err error) error {
 	var rerr redis.Error
 	switch {
+	case errors.Is(err, errDuplicateReplica):
+		return err
 	case redis.HasErrorPrefix(err, "NOGROUP"):
 		return fmt.Errorf("collector: consumer group %q of stream %q is missing (Redis restarted without persistence, or the stream or group was deleted); recreating it: %w", c.opt.Group, c.opt.Stream, err)
 	case errors.As(err, &rerr):

@@ -20,8 +20,9 @@ var collectorACL = []any{
 	"-@all", "+xreadgroup", "+xack", "+xautoclaim", "+xinfo|stream", "+xinfo|groups", "+xinfo|consumers", "+xgroup|create", "+xgroup|delconsumer",
 	"+time", "+info", "+ping", "+psubscribe", "+punsubscribe", "+get", "+pttl", "+scan",
 	// Rebuilding at start: replay the stream, recreate the replica's group,
-	// keep the checkpoint (one string key, nothing else writable).
-	"+xrange", "+xgroup|destroy", "(~lockscope:events:checkpoint +set +get)",
+	// keep the checkpoint and the presence key (string keys under the
+	// stream's name, nothing else writable).
+	"+xrange", "+xgroup|destroy", "(~lockscope:events:* +set +get)",
 }
 
 func TestLeastPrivilegeACL(t *testing.T) {

@@ -70,12 +70,11 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 	if err != nil {
 		return err
 	}
-	g, existed := groups[c.opt.Group]
-	if existed {
-		if err := c.checkDuplicate(ctx); err != nil {
-			return err
-		}
+	stoppedAt, err := c.claimPresence(ctx)
+	if err != nil {
+		return err
 	}
+	g, existed := groups[c.opt.Group]
 	now, err := c.serverTime(ctx)
 	if err != nil {
 		return err
@@ -88,8 +87,8 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 	if ckErr != nil {
 		c.log.Warn("could not read the checkpoint: holders older than the replayed stream are missing until they change", "err", ckErr)
 	}
-	if ck != nil && ck.at.Add(-checkpointMinAge).Before(start) {
-		start = ck.at.Add(-checkpointMinAge)
+	if ck != nil && ck.at.Add(-c.ckptMinAge).Before(start) {
+		start = ck.at.Add(-c.ckptMinAge)
 	}
 	end := "0"
 	if si != nil {
@@ -99,6 +98,10 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 	if existed {
 		counted = g.lastDelivered
 		c.reportTrimmedWhileDown(si, g)
+		// Nothing the previous incarnation did not read is left out.
+		if id, ok := parseID(counted); ok && time.UnixMilli(int64(id.ms)).Before(start) {
+			start = time.UnixMilli(int64(id.ms))
+		}
 	}
 
 	t0 := time.Now()
@@ -123,7 +126,7 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 	}
 	settle(out)
 	// Recreate the group after what was replayed. Only this replica reads
-	// it (checkDuplicate), so destroying it loses nothing.
+	// it (claimPresence), so destroying it loses nothing.
 	if existed {
 		if err := c.rdb.XGroupDestroy(ctx, c.opt.Stream, c.opt.Group).Err(); err != nil {
 			return fmt.Errorf("recreating this replica's group after the replay (grant +xgroup|destroy to the collector's user): %w", err)
@@ -143,7 +146,14 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 		c.lastApplied = end
 	}
 	c.mu.Unlock()
-	c.agg.EndReplay()
+	var countedBefore time.Time // when the previous incarnation stopped counting
+	if id, ok := parseID(counted); ok && counted != "" {
+		countedBefore = time.UnixMilli(int64(id.ms))
+	}
+	if existed && !stoppedAt.IsZero() && stoppedAt.After(countedBefore) {
+		countedBefore = stoppedAt
+	}
+	c.agg.EndReplay(countedBefore)
 	c.log.Info("rebuilt the picture from Redis", "from", start.UTC().Format(time.RFC3339), "to_entry", end,
 		"entries", entries, "checkpoint_holders", restored, "restarted", existed, "took", time.Since(t0).Round(time.Millisecond))
 	return nil
@@ -163,40 +173,92 @@ func (c *Collector) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
 	}
 }
 
-// checkDuplicate fails when the replica's consumer is being read by a live
-// process: a live consumer polls every Block, a dead one's idle time grows.
-func (c *Collector) checkDuplicate(ctx context.Context) error {
-	limit := 2*c.opt.Block + 200*time.Millisecond
-	idle := func() (time.Duration, bool, error) {
-		cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, c.opt.Group).Result()
-		if err != nil {
-			return 0, false, err
+// Presence: a live replica keeps PresenceKey(stream, replica) set to its own
+// random id and the time, refreshed every presenceEvery. A process starting as
+// a replica whose key was refreshed by another process within presenceStale
+// waits for it to go stale (a killed predecessor stops refreshing); if it
+// stays fresh, the second process refuses to read. The time of the last
+// refresh is also when the previous incarnation stopped counting.
+const (
+	presenceEvery = 500 * time.Millisecond
+	presenceStale = 2 * time.Second
+	presenceTTL   = time.Hour
+)
+
+// presenceStopped replaces the id of a replica that stopped gracefully.
+const presenceStopped = "stopped"
+
+// PresenceKey is the key a live replica of stream keeps fresh.
+func PresenceKey(stream, replica string) string { return stream + ":replica:" + replica }
+
+func (c *Collector) presenceValue() string {
+	return c.instance + "|" + strconv.FormatInt(time.Now().UnixMilli(), 10)
+}
+
+func parsePresence(v string) (instance string, at time.Time, ok bool) {
+	instance, ms, found := strings.Cut(v, "|")
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return instance, time.UnixMilli(n), found && err == nil
+}
+
+// claimPresence takes the replica's presence key, waiting out a dead
+// predecessor's; it returns when the predecessor was last alive (zero if
+// unknown).
+func (c *Collector) claimPresence(ctx context.Context) (time.Time, error) {
+	key := PresenceKey(c.opt.Stream, c.opt.Replica)
+	give := time.Now().Add(presenceStale + presenceEvery)
+	for {
+		v, err := c.rdb.Get(ctx, key).Result()
+		var rerr redis.Error
+		switch {
+		case errors.As(err, &rerr) && !errors.Is(err, redis.Nil):
+			c.log.Warn("cannot keep the replica's presence key: two processes started as the same replica would go unnoticed (grant +get +set on it)", "key", key, "err", err)
+			return time.Time{}, nil
+		case err != nil && !errors.Is(err, redis.Nil):
+			return time.Time{}, err
 		}
-		for _, x := range cs {
-			if x.Name == c.opt.Consumer {
-				return x.Idle, true, nil
+		inst, at, ok := parsePresence(v)
+		if !ok || inst == c.instance || inst == presenceStopped || time.Since(at) >= presenceStale {
+			if err := c.rdb.Set(ctx, key, c.presenceValue(), presenceTTL).Err(); err != nil {
+				return time.Time{}, err
 			}
+			if !ok {
+				at = time.Time{}
+			}
+			return at, nil
 		}
-		return 0, false, nil
+		if time.Now().After(give) {
+			c.log.Error("another lockscope process is reading the stream as the same replica; each would see part of the events. Give every replica its own --replica name (default: hostname and listen port)",
+				"replica", c.opt.Replica, "group", c.opt.Group)
+			return time.Time{}, fmt.Errorf("%w %q (group %q)", errDuplicateReplica, c.opt.Replica, c.opt.Group)
+		}
+		if !sleep(ctx, presenceEvery/2) {
+			return time.Time{}, ctx.Err()
+		}
 	}
-	first, found, err := idle()
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		return nil // XINFO CONSUMERS refused: cannot tell
+}
+
+// keepPresence refreshes the presence key until ctx ends, and once more on
+// the way out (the time a graceful stop stopped counting).
+func (c *Collector) keepPresence(ctx context.Context) {
+	key := PresenceKey(c.opt.Stream, c.opt.Replica)
+	warned := false
+	refresh := func(ctx context.Context) {
+		old, err := c.rdb.SetArgs(ctx, key, c.presenceValue(), redis.SetArgs{TTL: presenceTTL, Get: true}).Result()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return
+		}
+		if inst, _, ok := parsePresence(old); ok && inst != c.instance && !warned {
+			warned = true
+			c.log.Error("another lockscope process reads the stream as the same replica: each shows part of the events. Give every replica its own --replica name",
+				"replica", c.opt.Replica)
+		}
 	}
-	if err != nil || !found || first >= limit {
-		return err
-	}
-	if !sleep(ctx, limit) {
-		return ctx.Err()
-	}
-	second, found, err := idle()
-	if err != nil || !found || second >= first+limit-50*time.Millisecond {
-		return err
-	}
-	c.log.Error("another lockscope process is reading the stream as the same replica; each would see part of the events. Give every replica its own --replica name (default: hostname and listen port)",
-		"replica", c.opt.Replica, "group", c.opt.Group)
-	return fmt.Errorf("%w %q (group %q)", errDuplicateReplica, c.opt.Replica, c.opt.Group)
+	every(ctx, presenceEvery, func() { refresh(ctx) })
+	// Stopped: the next start need not wait.
+	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c.rdb.Set(dctx, key, presenceStopped+"|"+strconv.FormatInt(time.Now().UnixMilli(), 10), presenceTTL)
 }
 
 func (c *Collector) serverTime(ctx context.Context) (time.Time, error) {
@@ -255,7 +317,7 @@ type checkpoint struct {
 // writeCheckpoints keeps the checkpoint fresh until ctx ends.
 func (c *Collector) writeCheckpoints(ctx context.Context) {
 	failed := false
-	every(ctx, checkpointEvery, func() {
+	every(ctx, c.ckptEvery, func() {
 		if c.agg.Health() != nil {
 			return
 		}
@@ -279,7 +341,7 @@ func (c *Collector) writeCheckpoints(ctx context.Context) {
 // with batches of at most event.MaxBatchEvents events.
 func (c *Collector) writeCheckpoint(ctx context.Context) error {
 	now := c.opt.Now()
-	hs := c.agg.Holders(now.Add(-checkpointMinAge), checkpointMax)
+	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
 	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
 	for len(hs) > 0 {
 		part := hs[:min(len(hs), event.MaxBatchEvents)]

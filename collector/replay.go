@@ -70,11 +70,22 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 }
 
 // EndReplay returns to live ingest: windows follow the collector's clock
-// again from the next Apply or Tick.
-func (a *Aggregator) EndReplay() {
+// again from the next Apply or Tick. Holds whose TTL lapsed before
+// countedBefore (when the previous incarnation stopped) were declared
+// expired, and counted, by the previous incarnation: they are declared
+// expired here, muted. Later ones are counted by the next Tick.
+func (a *Aggregator) EndReplay(countedBefore time.Time) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !countedBefore.IsZero() {
+		a.muteLocked(true)
+		// Keyspace notifications confirm an expiry at its TTL, without
+		// the grace Tick waits for: the previous incarnation counted every
+		// hold whose TTL lapsed before it stopped.
+		a.expireDueLocked(countedBefore.UnixNano() + int64(a.cfg.ExpiryGrace))
+		a.muteLocked(false)
+	}
 	a.replaying = false
-	a.mu.Unlock()
 }
 
 // muteLocked switches the counters and histograms of every class to a

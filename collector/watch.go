@@ -359,7 +359,7 @@ func (w *nodeWatcher) observe(ctx context.Context, key string) {
 // change.
 func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Time, resync bool) {
 	now := w.c.opt.Now()
-	if own(value) {
+	if own(value) || w.c.internalKey(key) {
 		delete(w.held, key)
 		return
 	}
@@ -424,6 +424,13 @@ func (w *nodeWatcher) released(key string) {
 	delete(w.held, key)
 	now := w.c.opt.Now()
 	w.emit(event.Event{Type: event.Released, Key: key, Owner: ownerOf(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
+}
+
+// internalKey reports whether key is one of the collector's own keys (the
+// stream, its checkpoint and presence keys): never a lock, whatever a wide
+// watch pattern matches.
+func (c *Collector) internalKey(key string) bool {
+	return key == c.opt.Stream || strings.HasPrefix(key, c.opt.Stream+":")
 }
 
 func (w *nodeWatcher) expired(key string) {
