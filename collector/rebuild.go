@@ -94,6 +94,19 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 	if si != nil {
 		end = si.lastGenerated
 	}
+	keepGroup := false // XGROUP DESTROY refused: replay up to the group's position only
+	if existed {
+		// Probe the permission on a group that does not exist.
+		err := c.rdb.XGroupDestroy(ctx, c.opt.Stream, c.opt.Group+":probe").Err()
+		var rerr redis.Error
+		if errors.As(err, &rerr) {
+			keepGroup = true
+			end = g.lastDelivered
+			c.log.Warn("XGROUP DESTROY refused: after a restart, entries read but not acknowledged before it may be applied twice (grant +xgroup|destroy to the collector's user)", "err", err)
+		} else if err != nil {
+			return err
+		}
+	}
 	counted := "" // entries up to this ID were counted before the restart
 	if existed {
 		counted = g.lastDelivered
@@ -127,18 +140,20 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 	settle(out)
 	// Recreate the group after what was replayed. Only this replica reads
 	// it (claimPresence), so destroying it loses nothing.
-	if existed {
-		if err := c.rdb.XGroupDestroy(ctx, c.opt.Stream, c.opt.Group).Err(); err != nil {
-			return fmt.Errorf("recreating this replica's group after the replay (grant +xgroup|destroy to the collector's user): %w", err)
+	if !keepGroup {
+		if existed {
+			if err := c.rdb.XGroupDestroy(ctx, c.opt.Stream, c.opt.Group).Err(); err != nil {
+				return err
+			}
 		}
-	}
-	create := []any{"XGROUP", "CREATE", c.opt.Stream, c.opt.Group, end, "MKSTREAM"}
-	if si != nil && si.hasCounters {
-		// Lag and gap detection need the group's read counter.
-		create = append(create, "ENTRIESREAD", si.entriesAdded)
-	}
-	if err := c.rdb.Do(ctx, create...).Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
-		return err
+		create := []any{"XGROUP", "CREATE", c.opt.Stream, c.opt.Group, end, "MKSTREAM"}
+		if si != nil && si.hasCounters && end == si.lastGenerated {
+			// Lag and gap detection need the group's read counter.
+			create = append(create, "ENTRIESREAD", si.entriesAdded)
+		}
+		if err := c.rdb.Do(ctx, create...).Err(); err != nil && !redis.HasErrorPrefix(err, "BUSYGROUP") {
+			return err
+		}
 	}
 	c.groupGen.Add(1)
 	c.mu.Lock()

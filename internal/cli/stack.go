@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 // collectorConfig is the collector flags shared by serve and demo.
 type collectorConfig struct {
+	replica    string
 	group      string
 	consumer   string
 	watch      []string
@@ -39,9 +41,10 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS], tried in order before the default (numbers, UUIDs and hex ids become *)")
 	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", collector.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
 	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", collector.DefaultMaxKeys, "most keys the collector keeps state for")
-	f.String(&c.group, "group", "LOCKSCOPE_GROUP", collector.DefaultGroup, "consumer group on the event stream (replicas that must each see every event need their own)")
-	f.String(&c.consumer, "consumer", "LOCKSCOPE_CONSUMER", "", "consumer name within the group (default <hostname>-<pid>)")
-	f.Duration(&c.backfill, "backfill", "LOCKSCOPE_BACKFILL", collector.DefaultBackfill, "when the consumer group is first created, also count the events of this last while (negative: only new events)")
+	f.String(&c.replica, "replica", "LOCKSCOPE_REPLICA", "", "this replica's name, unique among the replicas and stable across its restarts: it reads every event through its own consumer group and rebuilds its picture at start (default <hostname>-<listen port>)")
+	f.String(&c.group, "group", "LOCKSCOPE_GROUP", "", "share this consumer group with other collectors instead of the replica's own: the stream is SPLIT between them and each shows part of every lock's events (not for replicas)")
+	f.String(&c.consumer, "consumer", "LOCKSCOPE_CONSUMER", "", "consumer name within a shared --group (default <hostname>-<pid>)")
+	f.Duration(&c.backfill, "backfill", "LOCKSCOPE_BACKFILL", collector.DefaultBackfill, "how much of the stream's past a replica replays at start (negative: only new events)")
 }
 
 func (c *collectorConfig) aggregatorConfig() (collector.Config, error) {
@@ -114,8 +117,13 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	if err := agg.Register(reg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	replica := cfg.collector.replica
+	if replica == "" && cfg.collector.group == "" {
+		replica = defaultReplica(cfg.http.listen)
+	}
 	col := collector.New(rdb, agg, &collector.Options{
 		Stream:   cfg.stream,
+		Replica:  replica,
 		Group:    cfg.collector.group,
 		Consumer: cfg.collector.consumer,
 		Watch:    cfg.collector.watch,
@@ -144,6 +152,19 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		return nil, &Error{Code: ExitUsage, Err: err}
 	}
 	return &stack{log: log, rdb: rdb, agg: agg, col: col, emitter: em, handler: h}, nil
+}
+
+// defaultReplica names a replica by its host and listen port: unique among
+// replicas on one host, stable across restarts.
+func defaultReplica(listen string) string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "lockscope"
+	}
+	if _, port, err := net.SplitHostPort(listen); err == nil && port != "" && port != "0" {
+		return host + "-" + port
+	}
+	return host
 }
 
 // run serves until ctx ends. On the way out the HTTP server drains first, so

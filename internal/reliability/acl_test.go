@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/cli"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -38,7 +41,7 @@ func (l aclLine) perms() []int {
 	var out []int
 	for i, tok := range l.tokens {
 		switch tok[0] {
-		case '+', '~', '%', '&':
+		case '+', '~', '%', '&', '(':
 			out = append(out, i)
 		}
 	}
@@ -73,6 +76,23 @@ func (l aclLine) apply(ctx context.Context, admin *redis.Client) error {
 	return admin.Do(ctx, args...).Err()
 }
 
+// joinSelectors joins the words of a selector, "(~k:* +get +set)", into one
+// token: ACL SETUSER takes it as one argument.
+func joinSelectors(words []string) []string {
+	var out []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		if strings.HasPrefix(w, "(") {
+			for !strings.HasSuffix(w, ")") && i+1 < len(words) {
+				i++
+				w += " " + words[i]
+			}
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 // readACLDoc returns the document's ACL SETUSER lines by user, in order.
 func readACLDoc(t *testing.T) map[string][]aclLine {
 	t.Helper()
@@ -84,7 +104,7 @@ func readACLDoc(t *testing.T) map[string][]aclLine {
 	out := make(map[string][]aclLine)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
+		fields := joinSelectors(strings.Fields(sc.Text()))
 		if len(fields) < 4 || fields[0] != "ACL" || fields[1] != "SETUSER" {
 			continue
 		}
@@ -127,11 +147,13 @@ func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip in
 		defer rdb.Close()
 		return capability(ctx, t, name, rdb)
 	}
+	// Parallel checks of the same user's lines must not share user names.
+	tag := path.Base(t.Name())
 	t.Run("as documented", func(t *testing.T) {
 		if parallel {
 			t.Parallel()
 		}
-		if err := variant(fmt.Sprintf("%s-%d-full", lines[0].user, strip), -1); err != nil {
+		if err := variant(fmt.Sprintf("%s-%s-%d-full", lines[0].user, tag, strip), -1); err != nil {
 			t.Errorf("with the documented ACL: %v", err)
 		}
 	})
@@ -143,7 +165,7 @@ func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip in
 				// them without +eval: script checks run one at a time.
 				t.Parallel()
 			}
-			if err := variant(fmt.Sprintf("%s-%d-without-%d", lines[0].user, strip, n), i); err == nil {
+			if err := variant(fmt.Sprintf("%s-%s-%d-without-%d", lines[0].user, tag, strip, n), i); err == nil {
 				t.Errorf("still works without %q: the documented line grants more than needed", tok)
 			} else {
 				t.Logf("fails as it should: %v", firstLine(err.Error()))
@@ -233,18 +255,25 @@ func TestACLCollector(t *testing.T) {
 	srv := startACLServer(t)
 	admin := srv.Client(t)
 	lines := readACLDoc(t)["lockscope-collector"]
-	if len(lines) != 2 {
-		t.Fatalf("%s has %d lines for lockscope-collector, want 2 (stream, passive watch)", aclDoc, len(lines))
+	if len(lines) != 3 {
+		t.Fatalf("%s has %d lines for lockscope-collector, want 3 (stream, replicas, passive watch)", aclDoc, len(lines))
 	}
+	t.Run("replica", func(t *testing.T) {
+		t.Parallel()
+		checkMinimal(t, srv, lines[:2], 1, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+			return replicaCapability(ctx, t, admin, user, rdb)
+		})
+	})
+	stream, watchLines := lines[:1], []aclLine{lines[0], lines[2]}
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		checkMinimal(t, srv, lines[:1], 0, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+		checkMinimal(t, srv, stream, 0, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
 			return collectorCapability(ctx, t, admin, user, rdb, false)
 		})
 	})
 	t.Run("watch", func(t *testing.T) {
 		t.Parallel()
-		checkMinimal(t, srv, lines, 1, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+		checkMinimal(t, srv, watchLines, 1, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
 			return collectorCapability(ctx, t, admin, user, rdb, true)
 		})
 	})
@@ -339,6 +368,76 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 		}
 	}
 	return errors.New(strings.Join(problems, "; "))
+}
+
+// replicaCapability runs a collector as a replica (its own group) as user,
+// restarts it, and reports what did not happen: the replay of an event
+// written before it started, the event written while it was down, the
+// checkpoint and presence keys, the group recreated after the replay.
+func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, user string, rdb *redis.Client) error {
+	const stream = event.DefaultStream
+	xadd := func(key string) {
+		e := event.Event{Type: event.Acquired, Key: key, Owner: "app", Lease: key, TS: time.Now().UnixNano(), TTL: time.Hour, Attempts: 1}
+		if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: stream, Values: event.AppendFields(nil, &e)}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	run := func(agg *collector.Aggregator) func() {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		opt := &collector.Options{Stream: stream, Replica: "r-" + user, Logger: log}
+		go func() { done <- collector.New(rdb, agg, opt).Run(cctx) }()
+		return func() { cancel(); <-done }
+	}
+	held := func(agg *collector.Aggregator, key string) bool { l, ok := agg.Lock(key); return ok && l.Held }
+	before, down := "app:before:"+user, "app:down:"+user
+	xadd(before)
+	first, _ := newAggregator(t, collector.Config{})
+	stop := run(first)
+	wctx, wcancel := context.WithTimeout(ctx, 4*time.Second)
+	ok := waitFor(wctx, func() bool { return first.Health() == nil && held(first, before) })
+	wcancel()
+	sleepCtx(ctx, 300*time.Millisecond) // a presence refresh and more
+	stop()
+	if !ok {
+		return fmt.Errorf("first start: health %v, event written before it replayed: %v; log: %s", first.Health(), held(first, before), logs.String())
+	}
+	xadd(down)
+	second, _ := newAggregator(t, collector.Config{})
+	defer run(second)()
+	var problems []string
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) {
+		problems = problems[:0]
+		if err := second.Health(); err != nil {
+			problems = append(problems, "health after restart: "+err.Error())
+		}
+		if !held(second, before) {
+			problems = append(problems, "the event written before the first start was not replayed after the restart")
+		}
+		if !held(second, down) {
+			problems = append(problems, "the event written while down was not applied")
+		}
+		if l := logs.String(); strings.Contains(l, "refused") || strings.Contains(l, "cannot keep") || strings.Contains(l, "could not") {
+			problems = append(problems, "warnings: "+l)
+		}
+		if len(problems) == 0 {
+			break
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
+	}
+	// The checkpoint is written every few seconds: wait for one, and for
+	// no warning about it.
+	sleepCtx(ctx, 5500*time.Millisecond)
+	if l := logs.String(); strings.Contains(l, "checkpoint") {
+		return errors.New("checkpoint: " + l)
+	}
+	return nil
 }
 
 // TestACLOperator: `lockscope locks` and `lockscope release` (the commands,

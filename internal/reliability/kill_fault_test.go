@@ -65,7 +65,7 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 		entries  = 400
 		written  = perEntry * entries // 200k events
 	)
-	p1 := startServe(t, bin, srv.URL(), nil, "--consumer", "c1")
+	p1 := startServe(t, bin, srv.URL(), nil, "--group", group, "--consumer", "c1")
 	if !waitFor(ctx, func() bool { return len(rdb.XInfoGroups(ctx, stream).Val()) == 1 }) {
 		t.Fatal("serve did not create its consumer group")
 	}
@@ -151,7 +151,7 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 	}
 
 	time.Sleep(300 * time.Millisecond)
-	p2 := startServe(t, bin, srv.URL(), nil, "--consumer", "c1")
+	p2 := startServe(t, bin, srv.URL(), nil, "--group", group, "--consumer", "c1")
 	if err := <-writerDone; err != nil {
 		t.Fatalf("writer: %v", err)
 	}
