@@ -42,9 +42,10 @@ const (
 )
 
 // TestPrometheusEndToEnd runs the real chain: lock library and emitter write
-// to a real Redis stream, a real collector reads it, its registry is served
-// on /metrics, and Debian's prometheus scrapes it every second and evaluates
-// the rules. A normal contended workload keeps every Lock* alert quiet; a
+// to a real Redis stream, two collector replicas read it, each registry is
+// served on /metrics, and Debian's prometheus scrapes both every second and
+// evaluates the rules (which must count every lock once, not once per
+// replica). A normal contended workload keeps every Lock* alert quiet; a
 // holder that hangs while its lease auto-renews makes LockStuck fire.
 func TestPrometheusEndToEnd(t *testing.T) {
 	t.Parallel() // mostly waits on scrapes and evaluations
@@ -56,22 +57,31 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	// lockscope: collector + /metrics.
-	agg := collector.NewAggregator(collector.Config{StuckAfter: stuckAfter})
-	reg := prometheus.NewRegistry()
-	if err := agg.Register(reg); err != nil {
-		t.Fatalf("Register = %v", err)
+	// lockscope: two replicas, each a collector + /metrics, both scraped:
+	// every rule must count each lock once.
+	var targets []string
+	var agg *collector.Aggregator
+	for _, replica := range []string{"e2e-a", "e2e-b"} {
+		a := collector.NewAggregator(collector.Config{StuckAfter: stuckAfter})
+		reg := prometheus.NewRegistry()
+		if err := a.Register(reg); err != nil {
+			t.Fatalf("Register = %v", err)
+		}
+		col := collector.New(rdb, a, &collector.Options{Stream: stream, Replica: replica, Block: 100 * time.Millisecond})
+		colDone := make(chan struct{})
+		go func() { defer close(colDone); col.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-colDone })
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		metrics := httptest.NewServer(mux)
+		t.Cleanup(metrics.Close)
+		targets = append(targets, metrics.Listener.Addr().String())
+		if agg == nil {
+			agg = a
+		}
 	}
-	col := collector.New(rdb, agg, &collector.Options{Stream: stream, Consumer: "e2e", Block: 100 * time.Millisecond})
-	colDone := make(chan struct{})
-	go func() { defer close(colDone); col.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-colDone })
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	metrics := httptest.NewServer(mux)
-	t.Cleanup(metrics.Close)
 
-	prom := startPrometheus(t, metrics.Listener.Addr().String())
+	prom := startPrometheus(t, targets...)
 
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 20 * time.Millisecond})
 	t.Cleanup(func() {
@@ -206,6 +216,14 @@ func isLockAlert(name string) bool {
 	return strings.HasPrefix(name, "Lock") && !strings.HasPrefix(name, "Lockscope")
 }
 
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
 // prometheusServer is a running Prometheus server.
 type prometheusServer struct {
 	base string
@@ -219,7 +237,7 @@ func (p *prometheusServer) logs() string {
 // startPrometheus runs /usr/bin/prometheus on a free loopback port,
 // scraping target as job "lockscope" every second and evaluating the
 // shipped rules (with testFor) every second.
-func startPrometheus(t *testing.T, target string) *prometheusServer {
+func startPrometheus(t *testing.T, targets ...string) *prometheusServer {
 	t.Helper()
 	bin := promqltest.Binary(t, "prometheus")
 	dir := t.TempDir()
@@ -242,8 +260,8 @@ rule_files:
 scrape_configs:
   - job_name: lockscope
     static_configs:
-      - targets: [%q]
-`, filepath.Join(dir, "lockscope.rules.yml"), target)
+      - targets: [%s]
+`, filepath.Join(dir, "lockscope.rules.yml"), quoteAll(targets))
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
