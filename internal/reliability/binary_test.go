@@ -102,7 +102,13 @@ func startServe(t testing.TB, bin, redisURL string, env []string, args ...string
 	if err != nil {
 		t.Fatal(err)
 	}
-	listen := "127.0.0.1:" + strconv.Itoa(port)
+	return startServeOn(t, bin, redisURL, "127.0.0.1:"+strconv.Itoa(port), env, args...)
+}
+
+// startServeOn is startServe on a given listen address (a restarted replica
+// keeps its address, hence its default replica name).
+func startServeOn(t testing.TB, bin, redisURL, listen string, env []string, args ...string) *proc {
+	t.Helper()
 	p := startLockscope(t, bin, env, append([]string{"serve", "--redis", redisURL, "--listen", listen, "--log-level", "warn"}, args...)...)
 	p.listen = listen
 	ctx := testCtx(t, 20*time.Second)

@@ -1,0 +1,124 @@
+package reliability
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// replicaView is the figures replicas must agree on from /api/v1/overview.
+type replicaView struct {
+	Held          int    `json:"held"`
+	Stuck         int    `json:"stuck"`
+	Expirations5m int64  `json:"expirations_5m"`
+	Forced5m      int64  `json:"forced_5m"`
+	Failures5m    int64  `json:"failures_5m"`
+	Ingesting     bool   `json:"ingesting"`
+	IngestError   string `json:"ingest_error"`
+}
+
+func viewOf(ctx context.Context, p *proc) (replicaView, error) {
+	var v replicaView
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/api/v1/overview"), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return v, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return v, fmt.Errorf("GET /api/v1/overview: %s", resp.Status)
+	}
+	return v, json.NewDecoder(resp.Body).Decode(&v)
+}
+
+// TestTwoReplicasAndASIGKILLShowOneTruth runs what operators run: two serve
+// replicas started with the same flags (only their listen ports differ, as
+// on one host) under the demo's whole workload; one is killed with SIGKILL
+// and restarted while the load goes on. Once the load stops and its leftover
+// locks have expired, both must show the same picture as Redis: no phantom
+// holder, no invented expiration, the same failures. Before each replica had
+// its own group, the two split the stream and each invented hundreds of
+// expirations.
+func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
+	bin := buildLockscope(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := testCtx(t, 3*time.Minute)
+
+	a := startServe(t, bin, srv.URL(), nil)
+	b := startServe(t, bin, srv.URL(), nil)
+	load := startLockscope(t, bin, nil, "load", "--redis", srv.URL(), "--key-prefix", "rep:",
+		"--rate", "200", "--concurrency", "8", "--speed", "20", "--report-every", "0", "--log-level", "warn")
+
+	sleepCtx(ctx, 5*time.Second)
+	b.kill(t)
+	sleepCtx(ctx, 500*time.Millisecond)
+	restart := time.Now()
+	b = startServeOn(t, bin, srv.URL(), b.listen, nil) // the same replica: same host and port
+	if !waitFor(ctx, func() bool {
+		resp, err := http.Get(b.url("/readyz"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}) {
+		t.Fatalf("restarted replica not ready:\n%s", tail(b.out.String(), 3000))
+	}
+	ready := time.Since(restart)
+	t.Logf("restarted replica ready %v after its start", ready.Round(time.Millisecond))
+	if ready > 5*time.Second {
+		t.Errorf("restarted replica ready after %v, want within 5s", ready)
+	}
+	sleepCtx(ctx, 4*time.Second)
+
+	load.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-load.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("load did not stop within 30s of SIGTERM")
+	}
+
+	// Leftover locks (a crashed holder's) expire within seconds at --speed
+	// 20; then Redis holds nothing of the load's, and both replicas must say
+	// so and agree on everything else.
+	var va, vb replicaView
+	var agreeSince time.Time
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var errA, errB error
+		va, errA = viewOf(ctx, a)
+		vb, errB = viewOf(ctx, b)
+		held, _ := rdb.Keys(ctx, "rep:*").Result()
+		var locks int
+		for _, k := range held {
+			if rdb.Type(ctx, k).Val() == "string" {
+				locks++
+			}
+		}
+		agree := errA == nil && errB == nil && va == vb && locks == 0 && va.Held == 0
+		switch {
+		case !agree:
+			agreeSince = time.Time{}
+		case agreeSince.IsZero():
+			agreeSince = time.Now()
+		case time.Since(agreeSince) >= 2*time.Second:
+			t.Logf("both replicas: %+v", va)
+			if va.Expirations5m == 0 || va.Failures5m == 0 {
+				t.Errorf("the workload's crashing holders and refused tries left expirations %d, failures %d: want some of each, or the check proves nothing", va.Expirations5m, va.Failures5m)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60s: replica a shows %+v (%v), the restarted b %+v (%v), Redis holds %d locks of the load; want them equal, with nothing held",
+				va, errA, vb, errB, locks)
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
