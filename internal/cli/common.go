@@ -88,25 +88,83 @@ func (c *redisConfig) defineStream(f *flagSet, usage string) {
 const defaultStream = event.DefaultStream
 
 // connect opens a client and checks that Redis answers, so an unreachable
-// Redis is one clear line at start-up instead of errors later.
-func (c *redisConfig) connect(ctx context.Context) (*redis.Client, error) {
-	opt, err := redis.ParseURL(c.url)
-	if err != nil {
-		return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s: %v (LOCKSCOPE_REDIS_URL)", redactURL(c.url), err)}
-	}
+// Redis is one clear line at start-up instead of errors later. The URL forms
+// are go-redis's:
+//
+//   - redis://host:port/db: a single node. If that node is a Cluster node,
+//     the Cluster is used (the node is the seed).
+//   - redis://host1:port?addr=host2:port&addr=host3:port: a Cluster, with
+//     several seed addresses.
+//   - redis://sentinel1:port?master_name=NAME&addr=sentinel2:port: the
+//     master NAME found through Sentinel, followed across failovers.
+//
+// rediss:// is TLS in every form.
+func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error) {
 	timeout := c.dialTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
-	opt.DialTimeout = timeout
-	rdb := redis.NewClient(opt)
+	bad := func(err error) error {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s: %v (LOCKSCOPE_REDIS_URL)", redactURL(c.url), err)}
+	}
+	u, err := url.Parse(c.url)
+	if err != nil {
+		return nil, bad(err)
+	}
+	q := u.Query()
+	var rdb redis.UniversalClient
+	switch {
+	case q.Has("master_name"):
+		opt, err := redis.ParseFailoverURL(c.url)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opt.DialTimeout = timeout
+		rdb = redis.NewFailoverClient(opt)
+	case q.Has("addr"):
+		opt, err := redis.ParseClusterURL(c.url)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opt.DialTimeout = timeout
+		rdb = redis.NewClusterClient(opt)
+	default:
+		opt, err := redis.ParseURL(c.url)
+		if err != nil {
+			return nil, bad(err)
+		}
+		opt.DialTimeout = timeout
+		rdb = redis.NewClient(opt)
+	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
 		return nil, fmt.Errorf("cannot reach Redis at %s: %v", redactURL(c.url), err)
 	}
+	if single, ok := rdb.(*redis.Client); ok && clusterEnabled(pctx, single) {
+		// One node of a Cluster: use the Cluster, this node as the seed.
+		opt, err := redis.ParseClusterURL((&url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host, RawQuery: u.RawQuery}).String())
+		if err != nil {
+			rdb.Close()
+			return nil, bad(err)
+		}
+		opt.DialTimeout = timeout
+		rdb.Close()
+		rdb = redis.NewClusterClient(opt)
+		if err := rdb.Ping(pctx).Err(); err != nil {
+			rdb.Close()
+			return nil, fmt.Errorf("cannot reach the Redis Cluster at %s: %v", redactURL(c.url), err)
+		}
+	}
 	return rdb, nil
+}
+
+// clusterEnabled reports whether the node runs in Cluster mode (INFO refused
+// counts as no).
+func clusterEnabled(ctx context.Context, rdb *redis.Client) bool {
+	info, err := rdb.Info(ctx, "cluster").Result()
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
 
 // redisLogger routes go-redis's internal log lines (dial retries, pool

@@ -60,7 +60,7 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 				}
 				defer ln.Close()
 
-				var rdb *redis.Client
+				var rdb redis.UniversalClient
 				where := "Redis " + redactURL(rc.url)
 				if rc.url == "" {
 					m, err := startEmbedded()
@@ -133,9 +133,12 @@ func startEmbedded() (*miniredis.Miniredis, error) {
 	return m, nil
 }
 
-func redisURLOf(rdb *redis.Client, url string) string {
+func redisURLOf(rdb redis.UniversalClient, url string) string {
 	if url != "" {
 		return url
 	}
-	return "redis://" + rdb.Options().Addr
+	if c, ok := rdb.(*redis.Client); ok {
+		return "redis://" + c.Options().Addr
+	}
+	return url
 }

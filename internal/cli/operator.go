@@ -178,11 +178,9 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 		sem       = make(chan struct{}, 8)
 		truncated bool
 	)
-	iter := rdb.ScanType(ctx, 0, pattern, 500, "string").Iterator()
-	for iter.Next(ctx) {
-		key := iter.Val()
+	scanErr := scanStrings(ctx, rdb, pattern, func(key string) bool {
 		if strings.HasPrefix(key, lock.FencePrefix) {
-			continue
+			return true
 		}
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -203,16 +201,16 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 			}
 		})
 		mu.Lock()
-		full := limit > 0 && len(holders) >= limit
-		mu.Unlock()
-		if full {
+		defer mu.Unlock()
+		if limit > 0 && len(holders) >= limit {
 			truncated = true
-			break
+			return false
 		}
-	}
+		return true
+	})
 	wg.Wait()
-	if err := iter.Err(); err != nil {
-		return nil, false, fmt.Errorf("scan: %w", err)
+	if scanErr != nil {
+		return nil, false, fmt.Errorf("scan: %w", scanErr)
 	}
 	if firstErr != nil {
 		return nil, false, firstErr
@@ -222,6 +220,38 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 		holders, truncated = holders[:limit], true
 	}
 	return holders, truncated, nil
+}
+
+// errStopScan ends scanStrings early.
+var errStopScan = errors.New("stop")
+
+// scanStrings calls each (one call at a time) for the string keys matching
+// pattern on every master (a Cluster's keys live on several) until it
+// returns false.
+func scanStrings(ctx context.Context, rdb redis.UniversalClient, pattern string, each func(key string) bool) error {
+	var mu sync.Mutex
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.ScanType(ctx, 0, pattern, 500, "string").Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			more := each(iter.Val())
+			mu.Unlock()
+			if !more {
+				return errStopScan
+			}
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
+	} else {
+		err = scan(ctx, rdb)
+	}
+	if errors.Is(err, errStopScan) {
+		return nil
+	}
+	return err
 }
 
 func inspectCommand() *command {
