@@ -1,0 +1,171 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// SentinelMaster is the master name a Sentinel set monitors.
+const SentinelMaster = "mymaster"
+
+// Sentinel is a master, its replica and two Sentinels (quorum 1) on
+// 127.0.0.1: what a failover needs.
+type Sentinel struct {
+	Master, Replica *Server
+	ports           []int
+	cmds            []*exec.Cmd
+	done            []chan struct{}
+	dir             string
+}
+
+// StartSentinel starts a Sentinel set, closed at the end of the test. It
+// returns once both Sentinels know the replica (a failover can happen).
+func StartSentinel(tb testing.TB) *Sentinel {
+	tb.Helper()
+	s, err := newSentinel()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+func newSentinel() (*Sentinel, error) {
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	s := &Sentinel{}
+	if s.Master, err = New(Options{}); err != nil {
+		return nil, err
+	}
+	if s.Replica, err = New(Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port())}}); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if s.dir, err = os.MkdirTemp("", "redistest-sentinel-"); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for i := range 2 {
+		port, err := FreePort()
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		conf := filepath.Join(s.dir, "sentinel"+strconv.Itoa(i)+".conf")
+		text := fmt.Sprintf(`port %d
+bind 127.0.0.1
+dir %s
+logfile %s
+sentinel monitor %s 127.0.0.1 %d 1
+sentinel down-after-milliseconds %s 1000
+sentinel failover-timeout %s 4000
+sentinel parallel-syncs %s 1
+`, port, s.dir, filepath.Join(s.dir, "sentinel"+strconv.Itoa(i)+".log"), SentinelMaster, s.Master.Port(), SentinelMaster, SentinelMaster, SentinelMaster)
+		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+			s.Close()
+			return nil, err
+		}
+		cmd := exec.Command(bin, conf, "--sentinel")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := cmd.Start(); err != nil {
+			s.Close()
+			return nil, err
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		s.cmds, s.done, s.ports = append(s.cmds, cmd), append(s.done, done), append(s.ports, port)
+		if err := waitReady("127.0.0.1:"+strconv.Itoa(port), done, 10*time.Second); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("redistest: sentinel: %w", err)
+		}
+	}
+	// Sentinels learn of replicas from the master's INFO, every 10s.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, addr := range s.Addrs() {
+		sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		for {
+			r, err := sc.Replicas(ctx, SentinelMaster).Result()
+			if err == nil && len(r) > 0 {
+				break
+			}
+			if ctx.Err() != nil {
+				sc.Close()
+				s.Close()
+				return nil, errors.New("redistest: sentinel did not discover the replica within 30s")
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		sc.Close()
+	}
+	return s, nil
+}
+
+// Addrs are the Sentinels' addresses.
+func (s *Sentinel) Addrs() []string {
+	var out []string
+	for _, p := range s.ports {
+		out = append(out, "127.0.0.1:"+strconv.Itoa(p))
+	}
+	return out
+}
+
+// URL is the go-redis Sentinel URL of the set.
+func (s *Sentinel) URL() string {
+	a := s.Addrs()
+	return "redis://" + a[0] + "?master_name=" + SentinelMaster + "&addr=" + a[1]
+}
+
+// Failover makes the replica the master and waits until Sentinel says so.
+func (s *Sentinel) Failover(ctx context.Context) error {
+	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addrs()[0]})
+	defer sc.Close()
+	before, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+	if err != nil {
+		return err
+	}
+	if err := sc.Failover(ctx, SentinelMaster).Err(); err != nil {
+		return err
+	}
+	for {
+		now, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
+		if err == nil && now[1] != before[1] {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("redistest: failover did not complete: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Close stops everything.
+func (s *Sentinel) Close() {
+	for i, c := range s.cmds {
+		c.Process.Kill()
+		<-s.done[i]
+	}
+	s.cmds, s.done = nil, nil
+	if s.Replica != nil {
+		s.Replica.Close()
+	}
+	if s.Master != nil {
+		s.Master.Close()
+	}
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
+}

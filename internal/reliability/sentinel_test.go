@@ -1,0 +1,60 @@
+package reliability
+
+import (
+	"net/http"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// TestSentinelFailoverUnderLoad: serve and load given the Sentinel URL form
+// (master_name=), a failover while the load runs. serve must follow the new
+// master: ready again and ingesting what the load writes after the failover
+// (before, a serve pointed at the master sat on READONLY forever), and the
+// operator commands must work through Sentinel too.
+func TestSentinelFailoverUnderLoad(t *testing.T) {
+	bin := buildLockscope(t)
+	sn := redistest.StartSentinel(t)
+	ctx := testCtx(t, 2*time.Minute)
+	url := sn.URL()
+
+	serve := startServe(t, bin, url, nil)
+	startLockscope(t, bin, nil, "load", "--redis", url, "--key-prefix", "sn:", "--scenarios", "payments,inventory",
+		"--rate", "100", "--concurrency", "4", "--report-every", "0", "--log-level", "warn")
+	events := func() float64 { return serve.metrics(ctx, t).sum("lockscope_events_total") }
+	if !waitFor(ctx, func() bool { return events() > 200 }) {
+		t.Fatalf("serve through Sentinel applied %v events, want > 200", events())
+	}
+
+	before := events()
+	start := time.Now()
+	if err := sn.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Sentinel switched masters %v after the failover began", time.Since(start).Round(time.Millisecond))
+	ready := func() bool {
+		resp, err := http.Get(serve.url("/readyz"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !(ready() && events() > before+200) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30s after the failover: ready %v, events %v (before the failover %v); want ready and ingesting from the new master\n%s",
+				ready(), events(), before, tail(serve.out.String(), 3000))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("serve ready and ingesting from the new master %v after the failover began", time.Since(start).Round(time.Millisecond))
+
+	out, err := exec.CommandContext(ctx, bin, "locks", "--redis", url, "sn:*").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "KEY") {
+		t.Errorf("locks through Sentinel after the failover: %v\n%s", err, out)
+	}
+}
