@@ -118,7 +118,7 @@ type Aggregator struct {
 	evAt        int64       // collector time when evMax was applied
 	eventsTotal int64
 	dropped     int64
-	replaying   bool          // between BeginReplay and EndReplay
+	replaying   int           // replays between BeginReplay and EndReplay
 	replayAt    int64         // the replay's clock: the newest replayed event time
 	muted       bool          // counters go to discard (see Replay)
 	discard     *classMetrics // children of unregistered vectors
@@ -202,7 +202,7 @@ func (a *Aggregator) Apply(evs []event.Event) {
 		evs = evs[len(chunk):]
 		now := a.nowNS()
 		a.mu.Lock()
-		if !a.replaying {
+		if a.replaying == 0 {
 			a.advanceLocked(now)
 		}
 		for i := range chunk {
@@ -800,7 +800,7 @@ func (a *Aggregator) KeyExpired(key string) {
 	now := a.nowNS()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.replaying {
+	if a.replaying == 0 {
 		a.advanceLocked(now)
 	}
 	sh, h := a.keys.find(key)
@@ -839,7 +839,7 @@ func (a *Aggregator) Tick() {
 	now := a.nowNS()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.replaying {
+	if a.replaying > 0 {
 		return // the windows follow the replayed events' time
 	}
 	a.advanceLocked(now)

@@ -38,6 +38,11 @@ type Options struct {
 	// Stream is the stream key events are read from. "" means
 	// event.DefaultStream.
 	Stream string
+	// Partition and Partitions: Stream is partition Partition of
+	// event.Streams(base, Partitions) (the emitters' Partitions). The
+	// collector of each partition checkpoints only its partition's holders.
+	// Zero values: one stream.
+	Partition, Partitions int
 	// Replica names this collector among the replicas reading the stream:
 	// each replica reads every event through its own consumer group
 	// (ReplicaGroupPrefix + Replica) and rebuilds its picture at start (see

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -357,6 +358,10 @@ func (c *Collector) writeCheckpoints(ctx context.Context) {
 func (c *Collector) writeCheckpoint(ctx context.Context) error {
 	now := c.opt.Now()
 	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
+	if n := c.opt.Partitions; n > 1 {
+		// Only this partition's keys: the others checkpoint their own.
+		hs = slices.DeleteFunc(hs, func(e event.Event) bool { return event.PartitionOf(e.Key, n) != c.opt.Partition })
+	}
 	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
 	for len(hs) > 0 {
 		part := hs[:min(len(hs), event.MaxBatchEvents)]

@@ -25,16 +25,18 @@ import (
 
 // BeginReplay prepares the aggregator for Replay from start on. Called before
 // anything else was applied, it moves the windows back to start so the
-// replayed events fill them in order.
+// replayed events fill them in order. Replays of several partitions may run
+// at once: each calls BeginReplay and EndReplay, and the windows follow the
+// collector's clock again after the last EndReplay.
 func (a *Aggregator) BeginReplay(start time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.replaying = true
+	a.replaying++
 	st := start.UnixNano()
 	if now := a.nowNS(); st > now {
 		st = now
 	}
-	if a.eventsTotal == 0 && st > 0 {
+	if a.eventsTotal == 0 && st > 0 && (a.replayAt == 0 || st < a.replayAt) {
 		a.hot = newHotKeys(st)
 		a.cur = a.steps.at(stepOf(st))
 		a.replayAt = st
@@ -85,7 +87,7 @@ func (a *Aggregator) EndReplay(countedBefore time.Time) {
 		a.expireDueLocked(countedBefore.UnixNano() + int64(a.cfg.ExpiryGrace))
 		a.muteLocked(false)
 	}
-	a.replaying = false
+	a.replaying = max(a.replaying-1, 0)
 }
 
 // muteLocked switches the counters and histograms of every class to a

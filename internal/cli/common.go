@@ -66,6 +66,7 @@ func (l *levelValue) Set(s string) error {
 type redisConfig struct {
 	url         string
 	stream      string
+	partitions  int
 	dialTimeout time.Duration
 }
 
@@ -83,6 +84,15 @@ func (c *redisConfig) defineConnDefault(f *flagSet, def, usage string) {
 // defineStream registers the event stream flag.
 func (c *redisConfig) defineStream(f *flagSet, usage string) {
 	f.String(&c.stream, "stream", "LOCKSCOPE_STREAM", defaultStream, usage)
+	f.Int(&c.partitions, "partitions", "LOCKSCOPE_PARTITIONS", 1, "spread the events by lock key over this many stream keys (hash-tagged so that a Cluster spreads them over its masters); emitters and collectors must agree")
+}
+
+// checkPartitions validates --partitions.
+func (c *redisConfig) checkPartitions() error {
+	if c.partitions < 1 || c.partitions > event.MaxPartitions {
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("--partitions must be between 1 and %d (LOCKSCOPE_PARTITIONS)", event.MaxPartitions)}
+	}
+	return nil
 }
 
 const defaultStream = event.DefaultStream

@@ -50,6 +50,9 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 				if err := sc.validate(); err != nil {
 					return err
 				}
+				if err := rc.checkPartitions(); err != nil {
+					return err
+				}
 				log, err := lg.logger(env)
 				if err != nil {
 					return err
@@ -82,12 +85,12 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 					sc.http.user, sc.http.password = "demo", rand.Text()[:16]
 					login = sc.http.user + " / " + sc.http.password
 				}
-				sc.stream = rc.stream
+				sc.stream, sc.partitions = rc.stream, rc.partitions
 				st, err := newStack(log, rdb, sc)
 				if err != nil {
 					return err
 				}
-				em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: rc.stream, Owner: "lockscope-demo", Logger: log})
+				em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: rc.stream, Partitions: rc.partitions, Owner: "lockscope-demo", Logger: log})
 				sim, err := ld.simulator(rdb, em, log)
 				if err != nil {
 					closeEmitter(em, sc.http.grace)

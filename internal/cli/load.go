@@ -92,6 +92,9 @@ On SIGINT or SIGTERM it stops, releases what it holds and flushes its events.`,
 				if err := ld.validate(); err != nil {
 					return err
 				}
+				if err := rc.checkPartitions(); err != nil {
+					return err
+				}
 				log, err := lg.logger(env)
 				if err != nil {
 					return err
@@ -108,7 +111,7 @@ On SIGINT or SIGTERM it stops, releases what it holds and flushes its events.`,
 }
 
 func runLoad(ctx context.Context, env *Env, log *slog.Logger, rdb redis.UniversalClient, rc redisConfig, ld loadConfig, every, grace time.Duration) error {
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: rc.stream, Owner: "lockscope-load", Logger: log})
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: rc.stream, Partitions: rc.partitions, Owner: "lockscope-load", Logger: log})
 	sim, err := ld.simulator(rdb, em, log)
 	if err != nil {
 		closeEmitter(em, grace)

@@ -357,14 +357,14 @@ sees the loss at its next renewal.`,
 					return err
 				}
 				defer rdb.Close()
-				return release(ctx, env, rdb, rc.stream, key, fingerprint, by, reason, yes)
+				return release(ctx, env, rdb, rc.stream, rc.partitions, key, fingerprint, by, reason, yes)
 			}
 		},
 	}
 }
 
-func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream, key, fingerprint, by, reason string, yes bool) error {
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream})
+func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream string, partitions int, key, fingerprint, by, reason string, yes bool) error {
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()

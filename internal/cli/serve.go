@@ -33,6 +33,9 @@ flushes its forced-release events and acknowledges what it has applied.`,
 				if err := sc.validate(); err != nil {
 					return err
 				}
+				if err := rc.checkPartitions(); err != nil {
+					return err
+				}
 				log, err := lc.logger(env)
 				if err != nil {
 					return err
@@ -47,7 +50,7 @@ flushes its forced-release events and acknowledges what it has applied.`,
 					return err
 				}
 				defer rdb.Close()
-				sc.stream = rc.stream
+				sc.stream, sc.partitions = rc.stream, rc.partitions
 				st, err := newStack(log, rdb, sc)
 				if err != nil {
 					return err

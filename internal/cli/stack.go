@@ -19,6 +19,7 @@ import (
 
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/dashboard"
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -94,16 +95,17 @@ type stack struct {
 	log     *slog.Logger
 	rdb     redis.UniversalClient
 	agg     *collector.Aggregator
-	col     *collector.Collector
-	emitter *lock.Emitter // records the dashboard's forced releases
+	cols    []*collector.Collector // one per partition stream
+	emitter *lock.Emitter          // records the dashboard's forced releases
 	handler http.Handler
 }
 
 type stackConfig struct {
-	stream    string
-	collector collectorConfig
-	http      httpConfig
-	dashboard dashboardConfig
+	stream     string
+	partitions int
+	collector  collectorConfig
+	http       httpConfig
+	dashboard  dashboardConfig
 }
 
 func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*stack, error) {
@@ -121,21 +123,34 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	if replica == "" && cfg.collector.group == "" {
 		replica = defaultReplica(cfg.http.listen)
 	}
-	col := collector.New(rdb, agg, &collector.Options{
-		Stream:   cfg.stream,
-		Replica:  replica,
-		Group:    cfg.collector.group,
-		Consumer: cfg.collector.consumer,
-		Watch:    cfg.collector.watch,
-		Backfill: cfg.collector.backfill,
-		Logger:   log,
-	})
+	// One collector per partition stream, into the same aggregator: a
+	// partition's events stay in order, partitions are independent. The
+	// first one also follows keyspace notifications.
+	parts := max(cfg.partitions, 1)
+	streams := event.Streams(cfg.stream, parts)
+	cols := make([]*collector.Collector, len(streams))
+	for i, st := range streams {
+		opt := &collector.Options{
+			Stream:     st,
+			Partition:  i,
+			Partitions: parts,
+			Replica:    replica,
+			Group:      cfg.collector.group,
+			Consumer:   cfg.collector.consumer,
+			Backfill:   cfg.collector.backfill,
+			Logger:     log,
+		}
+		if i == 0 {
+			opt.Watch = cfg.collector.watch
+		}
+		cols[i] = collector.New(rdb, agg, opt)
+	}
 	user, tokenOperator := cfg.http.user, ""
 	if cfg.http.password == "" && cfg.http.token != "" {
 		// A user name with only a token names who holds the token.
 		user, tokenOperator = "", cfg.http.user
 	}
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Owner: "lockscope-dashboard", Logger: log})
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Partitions: cfg.partitions, Owner: "lockscope-dashboard", Logger: log})
 	rel := lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em})
 	h, err := dashboard.New(agg, rel, &dashboard.Options{
 		Username:           user,
@@ -151,7 +166,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		closeEmitter(em, time.Second)
 		return nil, &Error{Code: ExitUsage, Err: err}
 	}
-	return &stack{log: log, rdb: rdb, agg: agg, col: col, emitter: em, handler: h}, nil
+	return &stack{log: log, rdb: rdb, agg: agg, cols: cols, emitter: em, handler: h}, nil
 }
 
 // defaultReplica names a replica by its host and listen port: unique among
@@ -172,13 +187,15 @@ func defaultReplica(listen string) string {
 // collector acknowledges what it applied.
 func (s *stack) run(ctx context.Context, ln net.Listener, grace time.Duration) error {
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error {
-		err := s.col.Run(gctx)
-		if err != nil && gctx.Err() == nil {
-			return fmt.Errorf("collector: %w", err)
-		}
-		return nil
-	})
+	for _, col := range s.cols {
+		g.Go(func() error {
+			err := col.Run(gctx)
+			if err != nil && gctx.Err() == nil {
+				return fmt.Errorf("collector: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		err := serveHTTP(gctx, s.log, ln, s.handler, grace)
 		if ferr := closeEmitter(s.emitter, grace); ferr != nil {
