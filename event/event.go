@@ -12,6 +12,7 @@
 package event
 
 import (
+	"strings"
 	"time"
 )
 
@@ -36,6 +37,7 @@ const (
 	Expired          // the TTL lapsed while held (collector or keyspace notification)
 	Forced           // an operator force-released the lock
 	Dropped          // an emitter reports how many events it had to drop (count)
+	Waiting          // an obtain found the lock held and will retry (holder, wait budget, leases held)
 	numTypes
 )
 
@@ -50,6 +52,7 @@ var typeNames = [...]string{
 	Expired:     "expired",
 	Forced:      "forced",
 	Dropped:     "dropped",
+	Waiting:     "waiting",
 }
 
 // Types lists every valid type in wire order.
@@ -99,20 +102,32 @@ type Event struct {
 	Type     Type
 	Key      string        // the lock key, arbitrary bytes
 	Owner    string        // who: app/host/pid or a name the app sets; for Forced, the previous holder
-	Lease    string        // stable for one hold, never the secret token
+	Lease    string        // stable for one hold, never the secret token; Waiting: the lease the call will hold if it acquires
 	TS       int64         // unix nanoseconds when the step happened
-	Wait     time.Duration // Acquired, Failed: time spent obtaining
+	Wait     time.Duration // Acquired, Failed: time spent obtaining; Waiting: the most it will wait (0: no deadline)
 	Hold     time.Duration // Released, Lost, Expired, Forced: time the lock was held
 	TTL      time.Duration // Acquired, Renewed: the TTL set (wire: ms)
 	Attempts int           // Acquired, Failed: tries made
 	Fence    int64         // fencing token when fencing is on, else 0
-	Reason   string        // Failed, RenewFailed, Lost, Forced: why
+	Reason   string        // Failed, RenewFailed, Lost, Forced: why; Waiting: the leases the waiting call holds (HeldLeases)
 	Count    int64         // Dropped: how many events were dropped
-	Holder   string        // Failed: who held the lock when we gave up
+	Holder   string        // Failed, Waiting: who held the lock (owner) when we gave up or began to wait
 	By       string        // Forced: the operator who released it
 	Degraded bool          // the lock was a process-local fallback, Redis unreachable
 	Passive  bool          // seen through keyspace notifications, not emitted by a library
 }
+
+// HeldLeases returns the leases a Waiting event's call holds (its Reason,
+// comma-separated lease ids).
+func (e *Event) HeldLeases() []string {
+	if e.Type != Waiting || e.Reason == "" {
+		return nil
+	}
+	return strings.Split(e.Reason, ",")
+}
+
+// JoinLeases is the Reason of a Waiting event whose call holds leases.
+func JoinLeases(leases []string) string { return strings.Join(leases, ",") }
 
 // Time returns TS as a time.Time.
 func (e *Event) Time() time.Time { return time.Unix(0, e.TS) }

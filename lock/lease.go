@@ -38,6 +38,7 @@ type Lease struct {
 	parent     context.Context // until the lease context exists
 	detach     bool            // the parent's cancellation does not reach the lease
 	ctx        context.Context
+	outer      *Lease // the lease whose context the obtain ran under, if any
 	cancel     context.CancelCauseFunc
 	expiry     *time.Timer   // without renewal: marks the lease lost at validUntil
 	stop       chan struct{} // closed to end the renewal

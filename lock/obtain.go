@@ -186,6 +186,9 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		if !again {
 			return nil, holder, c.fail(&a, holder, reason, cause)
 		}
+		if a.attempts == 1 && reason == event.ReasonHeld && c.rec != nil {
+			c.waiting(ctx, &a, holder)
+		}
 		if dl, ok := ctx.Deadline(); ok {
 			// Leave room for the next attempt's round trip before the
 			// deadline; if there is none, give up now rather than late.
@@ -256,12 +259,45 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 	return err
 }
 
+// waiting records that the call found the lock held and will retry: once
+// per wait, so that who waits on whom is known while it happens.
+func (c *Client) waiting(ctx context.Context, a *attempt, holder *Holder) {
+	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.id, Attempts: 1,
+		Reason: event.JoinLeases(heldLeases(ctx))}
+	if holder != nil {
+		e.Holder, e.Degraded = holder.Owner, holder.Degraded
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		e.Wait = max(time.Until(dl), 0)
+	}
+	c.record(e)
+}
+
+// maxHeldLeases bounds the leases a waiting event lists.
+const maxHeldLeases = 16
+
+// heldLeases lists the leases ctx carries (Lease.Context, Do) that still
+// hold their lock, innermost first.
+func heldLeases(ctx context.Context) []string {
+	var out []string
+	for l, _ := FromContext(ctx); l != nil && len(out) < maxHeldLeases; l = l.outer {
+		l.mu.Lock()
+		held := l.state == stateHeld
+		l.mu.Unlock()
+		if held {
+			out = append(out, l.id)
+		}
+	}
+	return out
+}
+
 func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *ObtainOptions, at time.Time, fence int64, degraded bool) *Lease {
 	l := &Lease{
 		c: c, key: a.key, keys: a.keys[:1], head: a.head, headArg: a.headArg, token: a.token, owner: a.owner, id: a.id,
 		fence: fence, since: at, degraded: degraded, autoRenew: o.AutoRenew, maxHold: o.MaxHold,
 		ttl: a.ttl, validUntil: at.Add(a.ttl), parent: ctx, detach: detach,
 	}
+	l.outer, _ = FromContext(ctx)
 	if c.rec != nil {
 		now := time.Now()
 		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: a.id, TS: now.UnixNano(),
