@@ -19,11 +19,10 @@ import (
 //   - Contention: an acquisition that needed more than one attempt, or a
 //     failed obtain with reason "held" (a single try refused). Waiting for a
 //     few microseconds of Redis round trip is not contention; a retry is.
-//   - Waiters: the library reports a wait only when it ends (acquired or
-//     failed), so nobody can know who is waiting right now. The waiter
-//     figures are the mean number of concurrent waiters over the last
-//     minute, by Little's law from completed waits, each wait spread over
-//     the time it covered. A caller still waiting shows up when it finishes.
+//   - Waiters: live, from waiting events (the library reports one when an
+//     obtain's first attempt finds the lock held); a wait ends with the
+//     same lease's acquired or failed event, or at its deadline (see
+//     waiters.go, which also keeps the wait-for graph and its cycles).
 //   - Stuck: held longer than StuckAfter (or the class's override). The
 //     wire carries no maximum hold, so the threshold is the maximum hold
 //     operators expect; a hold renewing past it is stuck.
@@ -122,6 +121,7 @@ type Aggregator struct {
 	replayAt    int64         // the replay's clock: the newest replayed event time
 	muted       bool          // counters go to discard (see Replay)
 	discard     *classMetrics // children of unregistered vectors
+	waits       waits         // live waiters (waiters.go)
 }
 
 var _ Querier = (*Aggregator)(nil)
@@ -143,7 +143,6 @@ type classState struct {
 	held       int
 	stuck      int   // set by Tick
 	oldest     int64 // since of the oldest hold, unix ns (refreshed by Tick)
-	waiters    waitRing
 }
 
 // NewAggregator returns an Aggregator configured by cfg.
@@ -156,6 +155,7 @@ func NewAggregator(cfg Config) *Aggregator {
 		classes: make(map[string]*classState),
 		tab:     internTab{ids: make(map[string]uint32)},
 	}
+	a.waits.init()
 	a.m = newMetrics(a)
 	discard := newMetrics(a).forClass("")
 	a.discard = &discard
@@ -420,7 +420,12 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 	hold := max(e.Hold, 0)
 
 	switch e.Type {
+	case event.Waiting:
+		a.waits.add(e, c.name, ts)
+		r.who = a.internLocked(e.Holder)
+
 	case event.Acquired:
+		a.waits.end(e.Lease)
 		r.d = int64(wait)
 		r.ttlMS = int32(min(e.TTL.Milliseconds(), 1<<31-1))
 		contended := e.Attempts > 1
@@ -460,6 +465,7 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		}
 
 	case event.Failed:
+		a.waits.end(e.Lease)
 		r.d = int64(wait)
 		r.who = a.internLocked(e.Holder)
 		reason := failureIndex(e.Reason)
@@ -535,7 +541,6 @@ func (a *Aggregator) contendedLocked(k *keyState) {
 func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64) {
 	c := k.class
 	c.m.wait.Observe(wait.Seconds())
-	c.waiters.add(now, wait)
 	a.cur.wait.add(wait)
 	k.waitTotal += int64(wait)
 	a.observe(k, obsWait, now, wait)
@@ -848,6 +853,7 @@ func (a *Aggregator) Tick() {
 		return
 	}
 	a.scanLocked(now, a.eventClock(now))
+	a.scanWaitsLocked(a.eventClock(now))
 }
 
 // expireDueLocked declares expired the holds whose TTL lapsed more than

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -29,7 +28,7 @@ func (a *Aggregator) clocks() (now, clock int64) {
 }
 
 // infoLocked builds k's LockInfo; the caller holds k's shard lock.
-func infoLocked(k *keyState, now, clock int64) LockInfo {
+func infoLocked(k *keyState, now, clock int64, w *waits) LockInfo {
 	li := LockInfo{
 		Key: k.key, Class: k.class.name, Held: k.held, Owner: k.owner, Lease: k.lease,
 		TTL: k.ttl, Fence: k.fence, Degraded: k.degraded, Passive: k.passive,
@@ -46,8 +45,7 @@ func infoLocked(k *keyState, now, clock int64) LockInfo {
 		}
 		li.Stuck = clock-k.since > int64(k.class.stuckAfter)
 	}
-	var tmp keyStats
-	li.Waiters = int(math.Round(k.statsView(&tmp).waiter.mean(now)))
+	li.Waiters = w.count(k.key)
 	return li
 }
 
@@ -72,15 +70,13 @@ func (a *Aggregator) Overview() Overview {
 	if a.evMax > 0 {
 		o.LastEvent = time.Unix(0, a.evMax)
 	}
-	var waiters float64
 	for _, c := range a.classes {
 		o.Held += c.held
 		o.Stuck += c.stuck
-		waiters += c.waiters.mean(now)
 	}
 	a.mu.Unlock()
 
-	o.Waiters = int(math.Round(waiters))
+	o.Waiters = a.waits.total()
 	o.Malformed = a.malformed.Load()
 	o.TrackedKeys = int(a.tracked.Load())
 	o.AcquireSeries = make([]float64, overviewSeriesLen)
@@ -90,7 +86,7 @@ func (a *Aggregator) Overview() Overview {
 	for i, s := range steps {
 		o.AcquireSeries[i] = float64(s.acquisitions) / seriesStep.Seconds()
 		o.ContentionSeries[i] = float64(s.contentions) / seriesStep.Seconds()
-		if i >= overviewSeriesLen-waiterSteps {
+		if i >= overviewSeriesLen-minuteSteps {
 			lastMin.acquisitions += s.acquisitions
 			lastMin.contentions += s.contentions
 			lastMin.refused += s.refused
@@ -106,7 +102,7 @@ func (a *Aggregator) Overview() Overview {
 		}
 	}
 	// The last minute is the current step and the five before it.
-	if span := now - (cur-waiterSteps+1)*int64(seriesStep); span > 0 {
+	if span := now - (cur-minuteSteps+1)*int64(seriesStep); span > 0 {
 		o.AcquireRate = float64(lastMin.acquisitions) / (float64(span) / 1e9)
 	}
 	if d := lastMin.acquisitions + lastMin.refused; d > 0 {
@@ -226,7 +222,7 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 		sh, h := a.keys.find(c.key)
 		sh.mu.Lock()
 		if k := sh.get(h, c.key); k != nil {
-			page.Locks = append(page.Locks, infoLocked(k, now, clock))
+			page.Locks = append(page.Locks, infoLocked(k, now, clock, &a.waits))
 		}
 		sh.mu.Unlock()
 	}
@@ -395,11 +391,14 @@ func (a *Aggregator) Lock(key string) (KeyDetail, bool) {
 	if k == nil {
 		return KeyDetail{}, false
 	}
-	d := KeyDetail{LockInfo: infoLocked(k, now, clock), Recent: k.newest(&a.tab, a.cfg.RecentEvents), SeriesStep: seriesStep}
+	d := KeyDetail{LockInfo: infoLocked(k, now, clock, &a.waits), Recent: k.newest(&a.tab, a.cfg.RecentEvents), SeriesStep: seriesStep}
 	var tmp keyStats
 	s := k.statsView(&tmp)
 	d.Wait, d.Hold = s.wait.export(), s.hold.export()
 	d.AcquireSeries = s.series(now)
+	for _, x := range a.waits.keyWaiters(key) {
+		d.WaitersNow = append(d.WaitersNow, x.export())
+	}
 	return d, true
 }
 
@@ -413,7 +412,7 @@ func (a *Aggregator) Stuck() []LockInfo {
 		sh.mu.Lock()
 		sh.held.each(func(k *keyState) bool {
 			if clock-k.since > int64(k.class.stuckAfter) {
-				out = append(out, infoLocked(k, now, clock))
+				out = append(out, infoLocked(k, now, clock, &a.waits))
 			}
 			return true
 		})
@@ -455,24 +454,121 @@ func (a *Aggregator) Classes() []string {
 	return slices.Clone(*a.classNames.Load())
 }
 
+// Blocking returns who waits on whom now (see waiters.go).
+func (a *Aggregator) Blocking() Blocking {
+	now := a.nowNS()
+	ws := a.waits.snapshot()
+	g := buildGraph(ws, a.holderOf)
+	b := Blocking{At: time.Unix(0, now), Waiters: len(ws)}
+	byKey := make(map[string]*BlockingHolder)
+	var keys []string
+	waitsToo := make(map[string]bool) // leases held by a waiting call
+	for _, x := range ws {
+		for _, l := range x.held {
+			waitsToo[l] = true
+		}
+	}
+	pointedAt := make([]bool, len(ws))
+	for i, x := range ws {
+		h := byKey[x.key]
+		if h == nil {
+			hd := g.hold[i]
+			h = &BlockingHolder{Key: x.key, Class: x.class, Owner: hd.owner, Lease: hd.lease, Waiting: hd.held && waitsToo[hd.lease]}
+			if !hd.held {
+				h.Owner = x.holder
+			} else {
+				h.Since = time.Unix(0, hd.since)
+			}
+			byKey[x.key] = h
+			keys = append(keys, x.key)
+		}
+		h.Waiters++
+		h.WaitSeconds += float64(max(now-x.since, 0)) / 1e9
+		if g.next[i] >= 0 {
+			pointedAt[g.next[i]] = true
+		}
+	}
+	for _, k := range keys {
+		b.Holders = append(b.Holders, *byKey[k])
+	}
+	slices.SortFunc(b.Holders, func(x, y BlockingHolder) int {
+		if c := cmp.Compare(y.Waiters, x.Waiters); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.WaitSeconds, x.WaitSeconds); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	for i := range ws {
+		if pointedAt[i] || g.next[i] < 0 {
+			continue // not the head of a chain of two or more waiting calls
+		}
+		path := g.chain(i)
+		var c Chain
+		for _, j := range path {
+			c.Links = append(c.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key, Since: time.Unix(0, ws[j].since)})
+		}
+		if last := path[len(path)-1]; g.next[last] < 0 && g.hold[last].held {
+			c.Links = append(c.Links, ChainLink{Owner: g.hold[last].owner, Lease: g.hold[last].lease, Since: time.Unix(0, g.hold[last].since)})
+		} else if g.next[last] >= 0 {
+			c.Cycle = true
+		}
+		b.Chains = append(b.Chains, c)
+	}
+	slices.SortStableFunc(b.Chains, func(x, y Chain) int { return cmp.Compare(len(y.Links), len(x.Links)) })
+	b.Chains = b.Chains[:min(len(b.Chains), 50)]
+	for _, c := range g.cycles() {
+		b.Cycles = append(b.Cycles, g.cycleOf(c))
+	}
+	return b
+}
+
+// holderOf returns key's current holder.
+func (a *Aggregator) holderOf(key string) (lease, owner string, since int64, ok bool) {
+	sh, h := a.keys.find(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := sh.get(h, key)
+	if k == nil || !k.held {
+		return "", "", 0, false
+	}
+	return k.lease, k.owner, k.since, true
+}
+
 // classGauge is one class's mirrored gauges.
 type classGauge struct {
-	class   string
-	held    int
-	waiters float64
-	stuck   int
-	oldest  int64
+	class      string
+	held       int
+	waiters    int
+	oldestWait int64 // start of the longest current wait, unix ns (0: none)
+	stuck      int
+	oldest     int64
 }
 
 func (a *Aggregator) classGauges() []classGauge {
 	now := a.nowNS()
+	ws := a.waits.snapshot()
 	a.mu.Lock()
-	a.advanceLocked(now)
+	if a.replaying == 0 {
+		a.advanceLocked(now)
+	}
 	out := make([]classGauge, 0, len(a.classes))
+	idx := make(map[string]int, len(a.classes))
 	for _, c := range a.classes {
-		out = append(out, classGauge{class: c.name, held: c.held, waiters: c.waiters.mean(now), stuck: c.stuck, oldest: c.oldest})
+		idx[c.name] = len(out)
+		out = append(out, classGauge{class: c.name, held: c.held, stuck: c.stuck, oldest: c.oldest})
 	}
 	a.mu.Unlock()
+	for _, x := range ws {
+		if i, ok := idx[x.class]; ok {
+			g := &out[i]
+			g.waiters++
+			if g.oldestWait == 0 || x.since < g.oldestWait {
+				g.oldestWait = x.since
+			}
+		}
+	}
 	slices.SortFunc(out, func(x, y classGauge) int { return strings.Compare(x.class, y.class) })
 	return out
 }

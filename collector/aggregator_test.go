@@ -100,11 +100,13 @@ func TestMetricsScripted(t *testing.T) {
 		failed("orders:42", "B", 10*ms, ms, 1, event.ReasonHeld),
 		acquired("orders:43", "B", "L2", 20*ms, 150*ms, 3, 10*time.Second),
 		ended(event.Released, "orders:42", "A", "L1", 300*ms, 300*ms, ""),
+		ev(event.Waiting, "orders:42", "B", "L3", 400*ms),                  // B waits: ended by its acquisition
 		acquired("orders:42", "B", "L3", 500*ms, 600*ms, 2, 5*time.Second), // handoff A -> B
 		ended(event.Released, "orders:42", "A", "L1", 510*ms, 0, event.ReasonNotOwner),
 		failed("payment:abc", "C", 600*ms, 3*time.Second, 10, event.ReasonTimeout),
 		failed("payment:abc", "C", 610*ms, 10*ms, 1, "weird"), // unknown reason: error
 		failed("payment:abc", "C", 620*ms, 20*ms, 2, event.ReasonCanceled),
+		ev(event.Waiting, "payment:abc", "D", "W1", 630*ms), // D still waits
 		renewed("orders:43", "B", "L2", 700*ms, 10*time.Second),
 		ended(event.RenewFailed, "orders:43", "B", "L2", 800*ms, 0, event.ReasonError),
 		forced,
@@ -123,7 +125,6 @@ func TestMetricsScripted(t *testing.T) {
 
 	// The waiter figure at 7 s into the step covers 57 s (this step and
 	// the five before it): completed wait time / covered time.
-	waiters := func(wait time.Duration) string { return fmtFloat(float64(wait) / float64(57*time.Second)) }
 	want := `
 # HELP lockscope_acquire_failures_total Obtain calls that gave up, by reason (timeout, canceled, error, held); unknown reasons count as error.
 # TYPE lockscope_acquire_failures_total counter
@@ -166,6 +167,7 @@ lockscope_events_total{type="lost"} 1
 lockscope_events_total{type="released"} 2
 lockscope_events_total{type="renew_failed"} 1
 lockscope_events_total{type="renewed"} 1
+lockscope_events_total{type="waiting"} 2
 # HELP lockscope_expirations_total Holds whose TTL lapsed while held (no release or renewal), counted once per hold.
 # TYPE lockscope_expirations_total counter
 lockscope_expirations_total{class="jobs:*"} 0
@@ -221,11 +223,11 @@ lockscope_stream_pending_entries 3
 lockscope_stuck_locks{class="jobs:*"} 0
 lockscope_stuck_locks{class="orders:*"} 0
 lockscope_stuck_locks{class="payment:*"} 0
-# HELP lockscope_waiters Mean number of callers waiting over the last minute, from completed waits (Little's law); a caller still waiting is counted when its obtain ends.
+# HELP lockscope_waiters Callers waiting for a lock of the class now (from waiting events; a wait ends with its acquisition or failure, or at its deadline).
 # TYPE lockscope_waiters gauge
-lockscope_waiters{class="jobs:*"} ` + waiters(ms) + `
-lockscope_waiters{class="orders:*"} ` + waiters(753*ms) + `
-lockscope_waiters{class="payment:*"} ` + waiters(3030*ms) + `
+lockscope_waiters{class="jobs:*"} 0
+lockscope_waiters{class="orders:*"} 0
+lockscope_waiters{class="payment:*"} 1
 `
 	names := []string{
 		"lockscope_acquire_failures_total", "lockscope_acquisitions_total", "lockscope_contentions_total",

@@ -65,6 +65,7 @@ type metrics struct {
 	lastEvent prometheus.Gauge
 	lag       prometheus.Gauge
 	pending   prometheus.Gauge
+	deadlocks prometheus.Counter
 
 	state *stateCollector
 	hot   *hotKeyCollector
@@ -116,6 +117,8 @@ func newMetrics(a *Aggregator) *metrics {
 		lastEvent: gauge("last_event_timestamp_seconds", "Unix time of the newest applied event (never later than the collector's clock)."),
 		lag:       gauge("stream_lag_entries", "Stream entries not yet delivered to the consumer group."),
 		pending:   gauge("stream_pending_entries", "Entries delivered to the consumer group but not yet acknowledged."),
+		deadlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "deadlocks_detected_total",
+			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
 	}
 	for _, t := range event.Types() {
 		m.eventsBy[t] = m.events.WithLabelValues(t.String())
@@ -123,8 +126,12 @@ func newMetrics(a *Aggregator) *metrics {
 	m.state = &stateCollector{a: a,
 		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
 		waiters: prometheus.NewDesc(namespace+"_waiters",
-			"Mean number of callers waiting over the last minute, from completed waits (Little's law); a caller still waiting is counted when its obtain ends.",
+			"Callers waiting for a lock of the class now (from waiting events; a wait ends with its acquisition or failure, or at its deadline).",
 			[]string{"class"}, nil),
+		oldestWait: prometheus.NewDesc(namespace+"_wait_oldest_seconds",
+			"How long the longest current waiter of the class has waited; 0 when none waits.", []string{"class"}, nil),
+		cycles: prometheus.NewDesc(namespace+"_deadlock_cycles",
+			"Cycles in the wait-for graph now: callers that each wait for a lock another of them holds (deadlocks).", nil, nil),
 		stuck: prometheus.NewDesc(namespace+"_stuck_locks", "Locks held longer than their class's stuck threshold.", []string{"class"}, nil),
 		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
 			"Unix time the oldest current hold began; absent while nothing of the class is held.", []string{"class"}, nil),
@@ -139,7 +146,7 @@ func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
 		m.renewalFailures, m.forced, m.handoffs, m.events, m.malformed, m.dropped, m.streamGap,
-		m.lastEvent, m.lag, m.pending, m.state, m.hot,
+		m.lastEvent, m.lag, m.pending, m.deadlocks, m.state, m.hot,
 	}
 }
 
@@ -195,21 +202,30 @@ func failureIndex(reason string) int {
 // state. Collect holds the aggregator's lock for one pass over the classes
 // (at most MaxClasses plus rule classes): microseconds.
 type stateCollector struct {
-	a                            *Aggregator
-	held, waiters, stuck, oldest *prometheus.Desc
+	a                                                *Aggregator
+	held, waiters, oldestWait, cycles, stuck, oldest *prometheus.Desc
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.held
 	ch <- c.waiters
+	ch <- c.oldestWait
+	ch <- c.cycles
 	ch <- c.stuck
 	ch <- c.oldest
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	now := c.a.nowNS()
+	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.GaugeValue, float64(c.a.waits.deadlockCycles()))
 	for _, g := range c.a.classGauges() {
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(g.held), g.class)
-		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, g.waiters, g.class)
+		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(g.waiters), g.class)
+		var oldest float64
+		if g.oldestWait > 0 {
+			oldest = float64(max(now-g.oldestWait, 0)) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, oldest, g.class)
 		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.stuck), g.class)
 		if g.held > 0 && g.oldest > 0 {
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.oldest)/1e9, g.class)

@@ -27,6 +27,8 @@ type Querier interface {
 	Expirations(n int) []Expiration
 	// ForcedReleases returns the most recent forced releases, newest first.
 	ForcedReleases(n int) []ForcedRelease
+	// Blocking returns who waits on whom now, and the deadlocks.
+	Blocking() Blocking
 	// Classes returns the known lock classes, sorted.
 	Classes() []string
 	// Health reports ingestion state: nil when the consumer group is
@@ -157,6 +159,67 @@ type KeyDetail struct {
 	Recent        []event.Event // newest first, bounded
 	AcquireSeries []float64     // per SeriesStep, oldest first
 	SeriesStep    time.Duration
+	WaitersNow    []Waiter // callers waiting for the key now, oldest first
+}
+
+// Waiter is a caller waiting for a lock now.
+type Waiter struct {
+	Key      string
+	Class    string
+	Owner    string
+	Lease    string    // the lease it will hold if it acquires
+	Holder   string    // the holder it saw when its wait began
+	Since    time.Time // when its wait began
+	Deadline time.Time // when it gives up (or is dropped, without a deadline of its own)
+	Holds    []string  // leases it holds while it waits
+}
+
+// Blocking is who blocks whom now.
+type Blocking struct {
+	At      time.Time
+	Holders []BlockingHolder // by waiters, then wait-seconds, most first
+	Chains  []Chain          // the longest waiting chains (A waits on B waits on C), longest first
+	Cycles  []Cycle          // deadlocks: waiting chains that close on themselves
+	Waiters int
+}
+
+// BlockingHolder is a held lock with callers waiting for it.
+type BlockingHolder struct {
+	Key, Class, Owner, Lease string
+	Since                    time.Time // zero when the holder is unknown (the waiter saw one the collector has not)
+	Waiters                  int
+	WaitSeconds              float64 // summed over its waiters, now
+	Waiting                  bool    // the holder itself waits for another lock
+}
+
+// Chain is a waiting chain: each link waits for the lock held by the next;
+// the last link is a holder that does not wait (or, in a cycle, the first).
+type Chain struct {
+	Links []ChainLink
+	Cycle bool
+}
+
+// ChainLink is one caller in a chain.
+type ChainLink struct {
+	Owner    string
+	Lease    string
+	WaitsFor string // key; "" for the final holder
+	Since    time.Time
+}
+
+// Cycle is a deadlock: each member waits for the key the next holds.
+type Cycle struct {
+	Members []CycleMember
+	id      string
+}
+
+// CycleMember is one waiting call of a cycle.
+type CycleMember struct {
+	Owner    string
+	Lease    string
+	WaitsFor string    // the key it waits for
+	Holds    string    // the key of the cycle it holds
+	Since    time.Time // when it began to wait
 }
 
 // Expiration is a lock whose TTL lapsed while held.

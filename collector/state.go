@@ -122,11 +122,9 @@ func (k *keyState) matches(lease, owner string) bool {
 type keyStats struct {
 	wait, hold dist
 	// acq counts acquisitions per seriesStep over the last keySeriesLen
-	// steps; waitNS is the waiting time per step over the last minute,
-	// spread back over the steps each wait covered (see waitRing).
-	acq    [keySeriesLen]uint32
-	acqAt  int64 // step of the newest slot of acq
-	waiter waitRing
+	// steps.
+	acq   [keySeriesLen]uint32
+	acqAt int64 // step of the newest slot of acq
 }
 
 // shard is one slice of the key space with its own lock, so a reader

@@ -85,7 +85,6 @@ func (r *record) event(key string, tab *internTab) event.Event {
 func (r *record) replay(s *keyStats) {
 	if r.obs&obsWait != 0 {
 		s.wait.add(time.Duration(r.d))
-		s.waiter.add(r.at, time.Duration(r.d))
 	}
 	if r.obs&obsAcq != 0 {
 		s.addAcquisition(r.at)
@@ -355,7 +354,6 @@ func (a *Aggregator) observe(k *keyState, kind uint8, at int64, d time.Duration)
 	switch kind {
 	case obsWait:
 		s.wait.add(d)
-		s.waiter.add(at, d)
 	case obsAcq:
 		s.addAcquisition(at)
 	case obsHold:

@@ -5,13 +5,13 @@ import (
 )
 
 // Time is cut into steps of seriesStep by the collector's clock at the
-// moment events are applied: the overview series, the per-key sparklines,
-// the waiter figures and the hot-key buckets all share these steps.
+// moment events are applied: the overview series, the per-key sparklines
+// and the hot-key buckets all share these steps.
 const (
 	seriesStep        = 10 * time.Second
 	overviewSeriesLen = 60 // 10 minutes
 	keySeriesLen      = 30 // 5 minutes
-	waiterSteps       = 6  // the waiter figure covers the last minute
+	minuteSteps       = 6  // the last minute (acquire rate, contention ratio)
 )
 
 func stepOf(ns int64) int64 { return ns / int64(seriesStep) }
@@ -128,68 +128,6 @@ func (r *stepRing) get(step int64) *stepStats {
 		return nil
 	}
 	return s
-}
-
-// waitRing turns completed waits into a mean number of concurrent waiters
-// over the last minute (Little's law): each wait adds the time it covered to
-// the steps it covered, so a 5-minute wait that ends now adds one waiter for
-// the last minute, not five.
-type waitRing struct {
-	ns   [waiterSteps]int64
-	step int64 // newest slot's step
-}
-
-func (w *waitRing) advance(step int64) {
-	if step <= w.step {
-		return
-	}
-	if step-w.step >= waiterSteps {
-		w.ns = [waiterSteps]int64{}
-	} else {
-		for s := w.step + 1; s <= step; s++ {
-			w.ns[s%waiterSteps] = 0
-		}
-	}
-	w.step = step
-}
-
-// add records a wait of d that ended at now (unix ns).
-func (w *waitRing) add(now int64, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	cur := stepOf(now)
-	if cur < w.step {
-		return // the clock went back: drop rather than corrupt older slots
-	}
-	w.advance(cur)
-	begin := now - int64(d)
-	end := now
-	for s := cur; s > cur-waiterSteps && end > begin; s-- {
-		start := s * int64(seriesStep)
-		lo := max(begin, start)
-		w.ns[s%waiterSteps] += end - lo
-		end = start
-	}
-}
-
-// mean returns the mean number of waiters over the steps ending at now.
-func (w *waitRing) mean(now int64) float64 {
-	cur := stepOf(now)
-	if cur-w.step >= waiterSteps {
-		return 0
-	}
-	var sum int64
-	for s := cur - waiterSteps + 1; s <= cur; s++ {
-		if s <= w.step && s > w.step-waiterSteps {
-			sum += w.ns[s%waiterSteps]
-		}
-	}
-	span := now - (cur-waiterSteps+1)*int64(seriesStep)
-	if span <= 0 {
-		return 0
-	}
-	return float64(sum) / float64(span)
 }
 
 // addAcquisition counts one acquisition at now in a key's sparkline.

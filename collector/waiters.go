@@ -1,0 +1,279 @@
+package collector
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// Live waiters and the wait-for graph.
+//
+// A waiting event (the library's obtain found the lock held and will retry)
+// adds a waiter; the acquired or failed event of the same lease ends it. A
+// waiter whose end never comes (its process died) is dropped once its
+// deadline has passed (plus ExpiryGrace), or defaultWaitBound after it
+// began when it had no deadline: the live picture keeps no ghosts.
+//
+// The wait-for graph links a waiting call to the call that holds the lock it
+// waits on: the key's current holder lease, held by a call that itself
+// waits (its waiting event listed the leases it holds). Each waiter waits on
+// one key, so every node has at most one edge: a cycle is found by following
+// the edges. A cycle is a deadlock, whatever the processes: two goroutines
+// of one process waiting on each other's keys are one as much as two
+// services are.
+
+// defaultWaitBound is how long a waiter without a deadline is kept.
+const defaultWaitBound = 5 * time.Minute
+
+// maxWaiters bounds the waiters kept; past it new waits are not tracked.
+const maxWaiters = 100_000
+
+// waiter is one obtain call waiting for a lock.
+type waiter struct {
+	key, class, owner, lease, holder string
+	since, deadline                  int64 // event clock, unix ns
+	held                             []string
+}
+
+// waits is the live waiters. Its mutex is a leaf: held briefly, never while
+// taking another lock.
+type waits struct {
+	mu      sync.Mutex
+	byLease map[string]*waiter
+	byKey   map[string][]*waiter // in order of arrival
+	cycles  map[string]Cycle     // current cycles by member leases
+}
+
+func (w *waits) init() {
+	w.byLease = make(map[string]*waiter)
+	w.byKey = make(map[string][]*waiter)
+	w.cycles = make(map[string]Cycle)
+}
+
+// add records a waiting event of key (class) at ts.
+func (w *waits) add(e *event.Event, class string, ts int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if e.Lease == "" || w.byLease[e.Lease] != nil || len(w.byLease) >= maxWaiters {
+		return
+	}
+	bound := e.Wait
+	if bound <= 0 || bound > defaultWaitBound {
+		bound = defaultWaitBound
+	}
+	held := e.HeldLeases()
+	for i := range held {
+		held[i] = strings.Clone(held[i])
+	}
+	x := &waiter{key: strings.Clone(e.Key), class: class, owner: strings.Clone(e.Owner), lease: strings.Clone(e.Lease),
+		holder: strings.Clone(e.Holder), since: ts, deadline: ts + int64(bound), held: held}
+	w.byLease[x.lease] = x
+	w.byKey[x.key] = append(w.byKey[x.key], x)
+}
+
+// end removes the waiter of lease (its wait ended: acquired or failed).
+func (w *waits) end(lease string) {
+	if lease == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if x := w.byLease[lease]; x != nil {
+		w.removeLocked(x)
+	}
+}
+
+func (w *waits) removeLocked(x *waiter) {
+	delete(w.byLease, x.lease)
+	list := slices.DeleteFunc(w.byKey[x.key], func(y *waiter) bool { return y == x })
+	if len(list) == 0 {
+		delete(w.byKey, x.key)
+	} else {
+		w.byKey[x.key] = list
+	}
+}
+
+// expire drops the waiters whose deadline passed before clock.
+func (w *waits) expire(clock int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, x := range w.byLease {
+		if x.deadline < clock {
+			w.removeLocked(x)
+		}
+	}
+}
+
+// count returns the waiters of key.
+func (w *waits) count(key string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byKey[key])
+}
+
+// total returns all waiters.
+func (w *waits) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.byLease)
+}
+
+// snapshot copies the waiters, oldest first.
+func (w *waits) snapshot() []waiter {
+	w.mu.Lock()
+	out := make([]waiter, 0, len(w.byLease))
+	for _, x := range w.byLease {
+		out = append(out, *x)
+	}
+	w.mu.Unlock()
+	slices.SortFunc(out, func(a, b waiter) int {
+		if a.since != b.since {
+			return int(a.since - b.since)
+		}
+		return strings.Compare(a.lease, b.lease)
+	})
+	return out
+}
+
+// keyWaiters copies key's waiters, oldest first.
+func (w *waits) keyWaiters(key string) []waiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]waiter, 0, len(w.byKey[key]))
+	for _, x := range w.byKey[key] {
+		out = append(out, *x)
+	}
+	return out
+}
+
+// holderOf returns the current holder lease and owner of a key; ok false
+// when the key is not held.
+type holderOf func(key string) (lease, owner string, since int64, ok bool)
+
+// graph is the wait-for graph over a snapshot of the waiters.
+type graph struct {
+	ws   []waiter
+	next []int // index of the waiter the waiter waits on (through the key's holder), -1: a holder that does not wait
+	hold []holding
+}
+
+// holding is what a waiter waits on: the key's holder.
+type holding struct {
+	lease, owner string
+	since        int64
+	held         bool
+}
+
+func buildGraph(ws []waiter, holder holderOf) graph {
+	g := graph{ws: ws, next: make([]int, len(ws)), hold: make([]holding, len(ws))}
+	heldBy := make(map[string]int) // lease -> the waiter (call) that holds it
+	for i, x := range ws {
+		for _, l := range x.held {
+			heldBy[l] = i
+		}
+	}
+	for i, x := range ws {
+		g.next[i] = -1
+		lease, owner, since, ok := holder(x.key)
+		g.hold[i] = holding{lease: lease, owner: owner, since: since, held: ok}
+		if !ok {
+			continue
+		}
+		if j, waits := heldBy[lease]; waits {
+			g.next[i] = j
+		}
+	}
+	return g
+}
+
+// cycles returns the cycles of the graph, each from its lowest index.
+func (g graph) cycles() [][]int {
+	state := make([]uint8, len(g.ws)) // 0 new, 1 on the current path, 2 done
+	var out [][]int
+	for s := range g.ws {
+		var path []int
+		i := s
+		for i >= 0 && state[i] == 0 {
+			state[i] = 1
+			path = append(path, i)
+			i = g.next[i]
+		}
+		if i >= 0 && state[i] == 1 {
+			at := slices.Index(path, i)
+			cyc := slices.Clone(path[at:])
+			lo := slices.Index(cyc, slices.Min(cyc))
+			out = append(out, append(cyc[lo:], cyc[:lo]...))
+		}
+		for _, j := range path {
+			state[j] = 2
+		}
+	}
+	return out
+}
+
+// chain returns the waiters from i along the edges, stopping at a holder that
+// does not wait or where the path repeats (a cycle).
+func (g graph) chain(i int) []int {
+	var out []int
+	seen := make(map[int]bool)
+	for i >= 0 && !seen[i] {
+		seen[i] = true
+		out = append(out, i)
+		i = g.next[i]
+	}
+	return out
+}
+
+// cycleOf turns a cycle of waiter indexes into what pages show.
+func (g graph) cycleOf(c []int) Cycle {
+	var cy Cycle
+	for k, i := range c {
+		x := g.ws[i]
+		prev := g.ws[c[(k+len(c)-1)%len(c)]] // waits on the key this member holds
+		cy.Members = append(cy.Members, CycleMember{Owner: x.owner, Lease: x.lease, WaitsFor: x.key,
+			Holds: prev.key, Since: time.Unix(0, x.since)})
+	}
+	ids := make([]string, len(c))
+	for i, m := range cy.Members {
+		ids[i] = m.Lease
+	}
+	cy.id = strings.Join(ids, ",")
+	return cy
+}
+
+func (x waiter) export() Waiter {
+	return Waiter{Key: x.key, Class: x.class, Owner: x.owner, Lease: x.lease, Holder: x.holder,
+		Since: time.Unix(0, x.since), Deadline: time.Unix(0, x.deadline), Holds: slices.Clone(x.held)}
+}
+
+// scanWaits drops waiters past their deadline and updates the deadlock
+// figures. Called by Tick with mu held (shard locks are taken one at a time
+// through holderOf).
+func (a *Aggregator) scanWaitsLocked(clock int64) {
+	a.waits.expire(clock - int64(a.cfg.ExpiryGrace))
+	ws := a.waits.snapshot()
+	g := buildGraph(ws, a.holderOf)
+	now := make(map[string]Cycle)
+	for _, c := range g.cycles() {
+		cy := g.cycleOf(c)
+		now[cy.id] = cy
+	}
+	a.waits.mu.Lock()
+	for id := range now {
+		if _, known := a.waits.cycles[id]; !known && !a.muted {
+			a.m.deadlocks.Inc()
+		}
+	}
+	a.waits.cycles = now
+	a.waits.mu.Unlock()
+}
+
+// deadlockCycles returns the number of cycles found by the last scan.
+func (w *waits) deadlockCycles() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.cycles)
+}

@@ -1,0 +1,169 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// Three callers wait for one key: they show up within a second of starting
+// to wait, and are gone within a second of their wait ending.
+func TestWaitersLive(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	agg, reg := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "w"})
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
+	t.Cleanup(func() { em.Close(ctx) })
+	key := prefix + "inventory:1"
+
+	holder := lock.New(rdb, &lock.Options{Owner: "holder", Recorder: em})
+	l, err := holder.Obtain(ctx, key, time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, who := range []string{"w1", "w2", "w3"} {
+		c := lock.New(rdb, &lock.Options{Owner: who, Recorder: em})
+		wg.Go(func() {
+			wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			l, err := c.Obtain(wctx, key, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(5 * time.Millisecond)})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			l.Release(ctx)
+		})
+	}
+	waitWithin(t, time.Second, "three waiters shown", func() bool {
+		d, _ := agg.Lock(key)
+		return agg.Overview().Waiters == 3 && d.Waiters == 3 && len(d.WaitersNow) == 3 && metric(t, reg, "lockscope_waiters") == 3
+	})
+	t.Logf("three waiters shown %v after they began", time.Since(start).Round(time.Millisecond))
+	d, _ := agg.Lock(key)
+	for _, w := range d.WaitersNow {
+		if w.Holder != "holder" || w.Deadline.Before(w.Since.Add(19*time.Second)) {
+			t.Errorf("waiter %+v: want holder \"holder\" and its 20s deadline", w)
+		}
+	}
+	b := agg.Blocking()
+	if len(b.Holders) != 1 || b.Holders[0].Key != key || b.Holders[0].Owner != "holder" || b.Holders[0].Waiters != 3 || b.Holders[0].WaitSeconds <= 0 {
+		t.Errorf("Blocking().Holders = %+v, want the holder with 3 waiters", b.Holders)
+	}
+	if metric(t, reg, "lockscope_wait_oldest_seconds") <= 0 {
+		t.Error("lockscope_wait_oldest_seconds = 0 while callers wait")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	wg.Wait()
+	waitWithin(t, time.Second, "waiters cleared", func() bool {
+		return agg.Overview().Waiters == 0 && metric(t, reg, "lockscope_waiters") == 0
+	})
+	t.Logf("waiters cleared %v after the holder released", time.Since(released).Round(time.Millisecond))
+}
+
+// A holds x and waits for y while B holds y and waits for x (nested Do): one
+// cycle, reported while it happens, counted once; it clears when the waits
+// time out. Plain contention is no cycle.
+func TestDeadlockDetected(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	stream := prefix + "events"
+	agg, reg := testAgg(t, Config{})
+	startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "d"})
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
+	t.Cleanup(func() { em.Close(ctx) })
+	x, y := prefix+"x", prefix+"y"
+
+	both := make(chan struct{})
+	var ready sync.WaitGroup
+	ready.Add(2)
+	run := func(owner, first, second string) error {
+		c := lock.New(rdb, &lock.Options{Owner: owner, Recorder: em})
+		return c.Do(ctx, first, time.Minute, nil, func(ctx context.Context) error {
+			ready.Done()
+			<-both
+			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			_, err := c.Obtain(wctx, second, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(20 * time.Millisecond)})
+			return err
+		})
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- run("service-a", x, y) }()
+	go func() { errs <- run("service-b", y, x) }()
+	ready.Wait()
+	close(both)
+	start := time.Now()
+	waitWithin(t, 2*time.Second, "one cycle", func() bool {
+		return len(agg.Blocking().Cycles) == 1 && metric(t, reg, "lockscope_deadlock_cycles") == 1
+	})
+	t.Logf("deadlock reported %v after it formed", time.Since(start).Round(time.Millisecond))
+	cy := agg.Blocking().Cycles[0]
+	var got []string
+	for _, m := range cy.Members {
+		got = append(got, m.Owner+" holds "+m.Holds[len(prefix):]+" waits "+m.WaitsFor[len(prefix):])
+	}
+	slices.Sort(got)
+	if want := []string{"service-a holds x waits y", "service-b holds y waits x"}; !slices.Equal(got, want) {
+		t.Errorf("cycle = %q, want %q", got, want)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, lock.ErrNotObtained) {
+			t.Errorf("deadlocked call = %v, want a timeout", err)
+		}
+	}
+	waitWithin(t, 2*time.Second, "cycle gone", func() bool { return metric(t, reg, "lockscope_deadlock_cycles") == 0 })
+	if n := metric(t, reg, "lockscope_deadlocks_detected_total"); n != 1 {
+		t.Errorf("lockscope_deadlocks_detected_total = %v, want 1", n)
+	}
+}
+
+// A waiter whose process died never sends its end: it is dropped once its
+// deadline has passed.
+func TestDeadWaiterDropped(t *testing.T) {
+	agg, clk := newTestAggregator(t, Config{})
+	w := ev(event.Waiting, "k", "ghost", "G1", 0)
+	w.Wait = 2 * time.Second
+	agg.Apply([]event.Event{w})
+	if n := agg.Overview().Waiters; n != 1 {
+		t.Fatalf("waiters = %d, want 1", n)
+	}
+	clk.Set(aggT0.Add(2500 * time.Millisecond))
+	agg.Tick()
+	if n := agg.Overview().Waiters; n != 1 {
+		t.Fatalf("waiters %v after the waiter's deadline (within the grace) = %d, want 1", 2500*time.Millisecond, n)
+	}
+	clk.Set(aggT0.Add(3500 * time.Millisecond))
+	agg.Tick()
+	if n := agg.Overview().Waiters; n != 0 {
+		t.Errorf("waiters past the deadline and its grace = %d, want 0: a dead waiter is a ghost", n)
+	}
+}
+
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
