@@ -520,6 +520,11 @@ func (a *Aggregator) Blocking() Blocking {
 	b.Chains = b.Chains[:min(len(b.Chains), 50)]
 	for _, c := range g.cycles() {
 		b.Cycles = append(b.Cycles, g.cycleOf(c))
+		ch := Chain{Cycle: true}
+		for _, j := range c {
+			ch.Links = append(ch.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key, Since: time.Unix(0, ws[j].since)})
+		}
+		b.Chains = append(b.Chains, ch)
 	}
 	return b
 }

@@ -270,6 +270,7 @@ type apiLockDetail struct {
 	SeriesStep    float64         `json:"series_step_seconds"`
 	AcquireSeries []float64       `json:"acquire_series"`
 	Recent        []apiEvent      `json:"recent"`
+	WaitersNow    []apiWaiter     `json:"waiters_now"` // callers waiting for the key now, oldest first
 }
 
 type apiReleaseResult struct {
@@ -305,6 +306,10 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 		apiLockInfo: newAPILockInfo(d.LockInfo, now), Tracked: known,
 		Wait: newAPIDistribution(d.Wait), Hold: newAPIDistribution(d.Hold),
 		SeriesStep: seconds(d.SeriesStep), AcquireSeries: nonNil(d.AcquireSeries), Recent: make([]apiEvent, 0, len(d.Recent)),
+		WaitersNow: make([]apiWaiter, 0, len(d.WaitersNow)),
+	}
+	for _, x := range d.WaitersNow {
+		v.WaitersNow = append(v.WaitersNow, newAPIWaiter(x, now))
 	}
 	if h != nil {
 		v.Redis = newAPIHolder(h)
@@ -318,6 +323,108 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 			Reason: e.Reason, Holder: e.Holder, HolderB64: b64IfInvalid(e.Holder), By: e.By, ByB64: b64IfInvalid(e.By),
 			Degraded: e.Degraded, Passive: e.Passive,
 		})
+	}
+	writeJSON(w, r, http.StatusOK, v)
+}
+
+type apiWaiter struct {
+	Key       string    `json:"key"`
+	KeyB64    string    `json:"key_b64,omitempty"`
+	Class     string    `json:"class"`
+	Owner     string    `json:"owner"`
+	OwnerB64  string    `json:"owner_b64,omitempty"`
+	Lease     string    `json:"lease"`
+	Holder    string    `json:"holder_seen,omitempty"`
+	HolderB64 string    `json:"holder_seen_b64,omitempty"`
+	Since     time.Time `json:"since"`
+	Waiting   float64   `json:"waiting_seconds"`
+	Deadline  time.Time `json:"deadline"`
+	Holds     []string  `json:"holds_leases"`
+}
+
+func newAPIWaiter(x collector.Waiter, now time.Time) apiWaiter {
+	return apiWaiter{Key: x.Key, KeyB64: b64IfInvalid(x.Key), Class: x.Class, Owner: x.Owner, OwnerB64: b64IfInvalid(x.Owner),
+		Lease: x.Lease, Holder: x.Holder, HolderB64: b64IfInvalid(x.Holder), Since: x.Since.UTC(),
+		Waiting: seconds(max(now.Sub(x.Since), 0)), Deadline: x.Deadline.UTC(), Holds: nonNil(x.Holds)}
+}
+
+type apiBlockingHolder struct {
+	Key         string     `json:"key"`
+	KeyB64      string     `json:"key_b64,omitempty"`
+	Class       string     `json:"class"`
+	Owner       string     `json:"owner"`
+	OwnerB64    string     `json:"owner_b64,omitempty"`
+	Lease       string     `json:"lease,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	Waiters     int        `json:"waiters"`
+	WaitSeconds float64    `json:"wait_seconds"`
+	Waiting     bool       `json:"holder_waits_too"`
+	Href        string     `json:"href"`
+}
+
+type apiChainLink struct {
+	Owner    string     `json:"owner"`
+	OwnerB64 string     `json:"owner_b64,omitempty"`
+	Lease    string     `json:"lease,omitempty"`
+	WaitsFor *string    `json:"waits_for"` // null: the holder at the end of the chain
+	Since    *time.Time `json:"since,omitempty"`
+}
+
+type apiCycleMember struct {
+	Owner    string    `json:"owner"`
+	OwnerB64 string    `json:"owner_b64,omitempty"`
+	Lease    string    `json:"lease"`
+	Holds    string    `json:"holds"`
+	WaitsFor string    `json:"waits_for"`
+	Since    time.Time `json:"waiting_since"`
+}
+
+type apiBlocking struct {
+	At      time.Time           `json:"at"`
+	Waiters int                 `json:"waiters"`
+	Holders []apiBlockingHolder `json:"holders"`
+	Chains  []struct {
+		Links []apiChainLink `json:"links"`
+		Cycle bool           `json:"cycle"`
+	} `json:"chains"`
+	Deadlocks [][]apiCycleMember `json:"deadlocks"`
+}
+
+// apiBlocking is GET /api/v1/blocking: who waits on whom now.
+func (s *server) apiBlocking(w http.ResponseWriter, r *http.Request) {
+	b := s.q.Blocking()
+	v := apiBlocking{At: b.At.UTC(), Waiters: b.Waiters, Holders: make([]apiBlockingHolder, 0, len(b.Holders)), Deadlocks: make([][]apiCycleMember, 0, len(b.Cycles))}
+	for _, h := range b.Holders {
+		v.Holders = append(v.Holders, apiBlockingHolder{Key: h.Key, KeyB64: b64IfInvalid(h.Key), Class: h.Class, Owner: h.Owner, OwnerB64: b64IfInvalid(h.Owner),
+			Lease: h.Lease, Since: timeOrNil(h.Since), Waiters: h.Waiters, WaitSeconds: h.WaitSeconds, Waiting: h.Waiting, Href: apiLockPath(h.Key)})
+	}
+	for _, c := range b.Chains {
+		var links []apiChainLink
+		for _, l := range c.Links {
+			link := apiChainLink{Owner: l.Owner, OwnerB64: b64IfInvalid(l.Owner), Lease: l.Lease, Since: timeOrNil(l.Since)}
+			if l.WaitsFor != "" {
+				k := l.WaitsFor
+				link.WaitsFor = &k
+			}
+			links = append(links, link)
+		}
+		v.Chains = append(v.Chains, struct {
+			Links []apiChainLink `json:"links"`
+			Cycle bool           `json:"cycle"`
+		}{links, c.Cycle})
+	}
+	for _, c := range b.Cycles {
+		var ms []apiCycleMember
+		for _, m := range c.Members {
+			ms = append(ms, apiCycleMember{Owner: m.Owner, OwnerB64: b64IfInvalid(m.Owner), Lease: m.Lease, Holds: m.Holds, WaitsFor: m.WaitsFor, Since: m.Since.UTC()})
+		}
+		v.Deadlocks = append(v.Deadlocks, ms)
+	}
+	if v.Chains == nil {
+		v.Chains = []struct {
+			Links []apiChainLink `json:"links"`
+			Cycle bool           `json:"cycle"`
+		}{}
 	}
 	writeJSON(w, r, http.StatusOK, v)
 }

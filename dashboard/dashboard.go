@@ -176,6 +176,7 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/", read(s.overviewPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys", read(s.keysPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys/{key}", read(s.keyPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/blocking", read(s.blockingPage)).Methods(http.MethodGet, http.MethodHead)
 	// GET shows the confirmation (operators only), POST releases.
 	r.Handle("/keys/{key}/release", s.operator(s.releaseConfirmPage, false)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys/{key}/release", s.operator(s.releasePage, false)).Methods(http.MethodPost)
@@ -185,6 +186,7 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/api/v1/locks", s.apiReader(s.apiLocks)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/locks/{key}", s.apiReader(s.apiLock)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/locks/{key}/release", s.operator(s.apiRelease, true)).Methods(http.MethodPost)
+	r.Handle("/api/v1/blocking", s.apiReader(s.apiBlocking)).Methods(http.MethodGet, http.MethodHead)
 	return r
 }
 

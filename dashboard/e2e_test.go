@@ -288,6 +288,45 @@ func TestEndToEndBrowser(t *testing.T) {
 		chromedp.WithPollingTimeout(5*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	must("forced release listed on the overview", err)
 
+	// A deadlock between two services (nested Do): the banner names both
+	// owners and keys, with a forced release of each for the operator; the
+	// blocking page shows the cycle; a key page lists its waiter.
+	ledger, account := "payments:ledger", "payments:account-42"
+	both := make(chan struct{})
+	var dl, dlReady sync.WaitGroup
+	dlReady.Add(2)
+	for _, p := range [][3]string{{"payments-api/ip-10-0-5-1/12", ledger, account}, {"ledger-sync/ip-10-0-5-2/40", account, ledger}} {
+		dl.Go(func() {
+			c := lock.New(rdb, &lock.Options{Owner: p[0], Recorder: em})
+			c.Do(ctx, p[1], 10*time.Second, nil, func(ctx context.Context) error {
+				dlReady.Done()
+				<-both
+				wctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+				defer cancel()
+				_, err := c.Obtain(wctx, p[2], 10*time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(20 * time.Millisecond)})
+				return err
+			})
+		})
+	}
+	dlReady.Wait()
+	close(both)
+	formed := time.Now()
+	must("open blocking page", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/blocking")))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
+		`(() => { const b = document.querySelector('[data-testid="deadlock-banner"]'); return !!b && b.textContent.includes("payments-api") && b.textContent.includes("ledger-sync") && b.querySelectorAll('[data-testid="deadlock-release"]').length === 2 && document.querySelectorAll('[data-testid="blocking-row"]').length >= 2 })()`,
+		chromedp.WithPollingTimeout(4*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	if err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("content").innerText`))
+		t.Fatalf("deadlock not shown on /blocking within 4 s: %v\n%s", err, body)
+	}
+	t.Logf("deadlock shown in the browser %v after it formed", time.Since(formed).Round(time.Millisecond))
+	saveShot(t, bctx, "blocking")
+	must("open a deadlocked key", chromedp.Do(bctx, chromedp.Navigate(ts.URL+keyPath(ledger))))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelectorAll('[data-testid="waiter-row"]').length === 1 && document.querySelector('[data-testid="waiter-row"]').textContent.includes("ledger-sync")`,
+		chromedp.WithPollingTimeout(3*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	must("the key page lists its waiter", err)
+	dl.Wait()
+
 	if os.Getenv("LOCKSCOPE_SHOTS") != "" {
 		must("open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
 		saveExtraShot(t, bctx, "keys")
@@ -355,4 +394,18 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
+}
+
+// saveShot saves a screenshot of the viewport into docs/ (the README shows
+// them), and into LOCKSCOPE_SHOTS when set.
+func saveShot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	b, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join("..", "docs", name+".png"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	saveExtraShot(t, ctx, name)
 }

@@ -445,6 +445,9 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 		holder = &tlHolder{Owner: d.Owner, Lease: d.Lease, Since: d.Since}
 	}
 	v.Timeline = newTimeline(d.Recent, now, holder)
+	for _, x := range d.WaitersNow {
+		v.Waiters = append(v.Waiters, newWaiterRow(x, now))
+	}
 	for _, e := range d.Recent[:min(len(d.Recent), eventRows)] {
 		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), Type: e.Type.String(), Detail: eventDetail(e)}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
@@ -489,4 +492,50 @@ func eventDetail(e event.Event) string {
 		parts = append(parts, "degraded")
 	}
 	return strings.Join(parts, " · ")
+}
+
+func newWaiterRow(x collector.Waiter, now time.Time) waiterRow {
+	row := waiterRow{Key: newKeyCell(x.Key), Waiting: fmtDuration(now.Sub(x.Since).Truncate(100 * time.Millisecond)),
+		SinceTitle: x.Since.Format(time.RFC3339), Deadline: "in " + fmtDuration(x.Deadline.Sub(now).Truncate(time.Second))}
+	if !x.Deadline.After(now) {
+		row.Deadline = "passed"
+	}
+	row.Owner, row.OwnerT = ownerText(x.Owner)
+	row.Holds = strconv.Itoa(len(x.Holds)) + " lock(s)"
+	if len(x.Holds) == 0 {
+		row.Holds = "none"
+	}
+	return row
+}
+
+// blockingPage is GET /blocking: holders ranked by the waiters they cause,
+// waiting chains, deadlocks.
+func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
+	now := s.now()
+	b := s.q.Blocking()
+	v := blockingView{Page: s.page(r, "Blocking", "blocking"), Waiters: fmtCount(b.Waiters)}
+	for _, h := range b.Holders {
+		row := blockingRow{Key: newKeyCell(h.Key), Class: classText(h.Class), Waiters: fmtCount(h.Waiters),
+			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting, HeldFor: "—"}
+		row.Owner, row.OwnerT = ownerText(h.Owner)
+		if !h.Since.IsZero() {
+			row.HeldFor = fmtDuration(now.Sub(h.Since).Truncate(time.Second))
+		}
+		v.Holders = append(v.Holders, row)
+	}
+	for _, c := range b.Chains {
+		cv := chainView{Cycle: c.Cycle}
+		for _, l := range c.Links {
+			lv := chainLinkView{}
+			lv.Owner, lv.OwnerT = ownerText(l.Owner)
+			if l.WaitsFor != "" {
+				k := newKeyCell(l.WaitsFor)
+				lv.WaitsFor = &k
+				lv.Waiting = fmtDuration(now.Sub(l.Since).Truncate(100 * time.Millisecond))
+			}
+			cv.Links = append(cv.Links, lv)
+		}
+		v.Chains = append(v.Chains, cv)
+	}
+	s.render(w, r, http.StatusOK, blockingPage(v))
 }

@@ -23,6 +23,60 @@ type page struct {
 	Ingest   string // why the collector is not ingesting, "" when healthy
 	Live     bool   // the page refreshes itself (not forms)
 	Clock    string // when the page was rendered
+	// Deadlocks are the wait-for cycles now, shown as a banner on every page.
+	Deadlocks []deadlockView
+}
+
+// deadlockView is one cycle: each member holds one key and waits for the next.
+type deadlockView struct {
+	Members []deadlockMember
+	Since   string
+}
+
+type deadlockMember struct {
+	Owner, OwnerT string
+	Holds         keyCell
+	WaitsFor      keyCell
+	ReleaseHref   string // forced release of the key it holds; "" when read-only
+}
+
+// waiterRow is one caller waiting for a key now.
+type waiterRow struct {
+	Owner, OwnerT string
+	Key           keyCell
+	Waiting       string // for how long
+	SinceTitle    string // absolute time, on hover
+	Deadline      string
+	Holds         string // leases it holds while waiting
+}
+
+// blockingView is the /blocking page.
+type blockingView struct {
+	Page    page
+	Waiters string
+	Holders []blockingRow
+	Chains  []chainView
+}
+
+type blockingRow struct {
+	Key           keyCell
+	Class         string
+	Owner, OwnerT string
+	HeldFor       string
+	Waiters       string
+	WaitSeconds   string
+	HolderWaits   bool
+}
+
+type chainView struct {
+	Links []chainLinkView
+	Cycle bool
+}
+
+type chainLinkView struct {
+	Owner, OwnerT string
+	WaitsFor      *keyCell // nil for the final holder
+	Waiting       string
 }
 
 func (s *server) page(r *http.Request, title, nav string) page {
@@ -37,6 +91,23 @@ func (s *server) page(r *http.Request, title, nav string) page {
 	}
 	if err := s.q.Health(); err != nil {
 		p.Ingest = err.Error()
+	}
+	for _, c := range s.q.Blocking().Cycles {
+		var d deadlockView
+		var since time.Time
+		for _, m := range c.Members {
+			dm := deadlockMember{Holds: newKeyCell(m.Holds), WaitsFor: newKeyCell(m.WaitsFor)}
+			dm.Owner, dm.OwnerT = ownerText(m.Owner)
+			if !p.ReadOnly {
+				dm.ReleaseHref = releasePath(m.Holds)
+			}
+			d.Members = append(d.Members, dm)
+			if since.IsZero() || m.Since.After(since) {
+				since = m.Since // the cycle closed when its last member began to wait
+			}
+		}
+		d.Since = fmtAgo(s.now(), since)
+		p.Deadlocks = append(p.Deadlocks, d)
 	}
 	return p
 }
@@ -197,6 +268,7 @@ type keyView struct {
 	Events      []eventRow
 	ReleaseHref string
 	CanRelease  bool
+	Waiters     []waiterRow // callers waiting for the key now
 }
 
 type holderView struct {
