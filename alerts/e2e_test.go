@@ -207,6 +207,51 @@ func TestPrometheusEndToEnd(t *testing.T) {
 			t.Errorf("alert %v is %s while only LockStuck should be", a.Labels, a.State)
 		}
 	}
+
+	// Phase 3: two services deadlock (A holds x and waits for y, B the
+	// reverse, nested Do): LockDeadlock fires, once, while it lasts.
+	both := make(chan struct{})
+	var ready, done sync.WaitGroup
+	ready.Add(2)
+	x, y := prefix+"ledger:1", prefix+"account:1"
+	for _, p := range [][3]string{{"e2e/service-a", x, y}, {"e2e/service-b", y, x}} {
+		done.Go(func() {
+			c := lock.New(rdb, &lock.Options{Owner: p[0], Recorder: em})
+			c.Do(ctx, p[1], 30*time.Second, nil, func(ctx context.Context) error {
+				ready.Done()
+				<-both
+				wctx, cancel := context.WithTimeout(ctx, 8*time.Second)
+				defer cancel()
+				_, err := c.Obtain(wctx, p[2], 30*time.Second, &lock.ObtainOptions{Retry: lock.LinearBackoff(50 * time.Millisecond)})
+				return err
+			})
+		})
+	}
+	t.Cleanup(done.Wait)
+	ready.Wait()
+	close(both)
+	formed := time.Now()
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		var got []alert
+		for _, a := range prom.alerts(t, "LockDeadlock") {
+			if a.State == "firing" {
+				got = append(got, a)
+			}
+		}
+		if len(got) > 0 {
+			if len(got) != 1 || got[0].Labels["severity"] != "critical" || !strings.HasPrefix(got[0].Annotations["description"], "1 deadlock(s)") {
+				t.Errorf("firing LockDeadlock alerts = %+v, want one, critical, for 1 deadlock", got)
+			}
+			t.Logf("LockDeadlock firing %v after the deadlock formed (for %s, two replicas scraped)", time.Since(formed).Round(time.Millisecond), testFor)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("LockDeadlock not firing 15s after a deadlock formed; deadlock_cycles in Prometheus = %v\n%s",
+				prom.value(t, `max(lockscope_deadlock_cycles)`), prom.logs())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // isLockAlert reports whether name is one of the Lock* alerts about locks,

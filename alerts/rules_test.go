@@ -20,6 +20,7 @@ const rulesFile = "lockscope.rules.yml"
 // wantAlerts are the alerts DESIGN.md fixes, in file order.
 var wantAlerts = []string{
 	"LockStuck", "LockExpiringFrequently", "LockWaitHigh", "LockAcquireFailuresHigh", "LockOwnershipFlapping",
+	"LockDeadlock", "LockWaitQueueBuilding",
 	"LockscopeDown", "LockscopeEventsStale", "LockscopeStreamLagging", "LockscopeEventsDropped",
 }
 
@@ -93,11 +94,12 @@ func TestAlertsConventions(t *testing.T) {
 			}
 		}
 		// LockscopeDown's value is only up's 0 or absent()'s 1: nothing to show.
-		if d := r.Annotations["description"]; r.Alert != "LockscopeDown" && !strings.Contains(d, "{{ $value | humanize") {
+		if d := r.Annotations["description"]; r.Alert != "LockscopeDown" && !strings.Contains(d, "{{ $value | humanize") && !strings.Contains(d, "{{ $value | humanizeDuration") {
 			t.Errorf("%s: description %q does not show the humanized {{ $value }}", r.Alert, d)
 		}
-		// Lock* alerts are per class; Lockscope* alerts are about lockscope.
-		if !strings.HasPrefix(r.Alert, "Lockscope") {
+		// Lock* alerts are per class (but a deadlock spans classes);
+		// Lockscope* alerts are about lockscope.
+		if !strings.HasPrefix(r.Alert, "Lockscope") && r.Alert != "LockDeadlock" {
 			if d := r.Annotations["description"]; !strings.Contains(d, "{{ $labels.class }}") {
 				t.Errorf("%s: description %q does not name {{ $labels.class }}", r.Alert, d)
 			}
@@ -222,7 +224,7 @@ func TestUnitTestsPinForBoundary(t *testing.T) {
 					// test files that test this alert next to it.
 					dir := t.TempDir()
 					mutated := cloneRules(orig)
-					mutated.Groups[gi].Rules[ri].For = strconv.Itoa(minutes(t, r.For)+delta) + "m"
+					mutated.Groups[gi].Rules[ri].For = shiftFor(t, r.For, delta)
 					promqltest.WriteRules(t, filepath.Join(dir, rulesFile), mutated)
 					if err := os.Mkdir(filepath.Join(dir, "tests"), 0o755); err != nil {
 						t.Fatal(err)
@@ -240,7 +242,7 @@ func TestUnitTestsPinForBoundary(t *testing.T) {
 					}
 					out, err := promqltest.Run(t, "", "promtool", args...)
 					if err == nil {
-						t.Errorf("%s with for: %dm instead of %s: promtool test rules passed, want a failing boundary case", r.Alert, minutes(t, r.For)+delta, r.For)
+						t.Errorf("%s with for: %s instead of %s: promtool test rules passed, want a failing boundary case", r.Alert, shiftFor(t, r.For, delta), r.For)
 					} else if !strings.Contains(out, "alertname: "+r.Alert+",") {
 						t.Errorf("%s with for changed: promtool failed elsewhere:\n%s", r.Alert, out)
 					}
@@ -258,14 +260,22 @@ func cloneRules(f promqltest.RuleFile) promqltest.RuleFile {
 	return out
 }
 
-func minutes(t *testing.T, d string) int {
+// shiftFor moves a for: duration by delta steps: minutes for "Nm", 15
+// seconds (the tests' evaluation interval for such alerts) for "Ns".
+func shiftFor(t *testing.T, d string, delta int) string {
 	t.Helper()
-	m, ok := strings.CutSuffix(d, "m")
-	n, err := strconv.Atoi(m)
-	if !ok || err != nil {
-		t.Fatalf("for: %q is not a whole number of minutes", d)
+	if m, ok := strings.CutSuffix(d, "m"); ok {
+		if n, err := strconv.Atoi(m); err == nil {
+			return strconv.Itoa(n+delta) + "m"
+		}
 	}
-	return n
+	if sec, ok := strings.CutSuffix(d, "s"); ok {
+		if n, err := strconv.Atoi(sec); err == nil && n%15 == 0 {
+			return strconv.Itoa(n+15*delta) + "s"
+		}
+	}
+	t.Fatalf("for: %q is neither whole minutes nor a multiple of 15 seconds", d)
+	return ""
 }
 
 // TestRuleMetricsAreExported checks every metric the rules read against
