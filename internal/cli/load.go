@@ -171,7 +171,7 @@ func report(w io.Writer, sim *workload.Simulator, em *lock.Emitter, every time.D
 func printTotals(w io.Writer, s workload.Stats, es lock.EmitterStats) {
 	fmt.Fprintf(w, "total: attempts=%d acquired=%d refused=%d timed_out=%d errors=%d released=%d lost=%d abandoned=%d\n",
 		s.Attempts, s.Acquired, s.Refused, s.TimedOut, s.Errors, s.Released, s.Lost, s.Abandoned)
-	fmt.Fprintf(w, "scenarios: cron_ticks=%d cron_runs=%d cron_double_runs=%d payments=%d double_charges=%d sessions=%d hangs=%d crashes=%d pauses=%d\n",
-		s.CronTicks, s.CronRuns, s.CronDoubleRuns, s.Payments, s.DoubleCharges, s.Sessions, s.Hangs, s.Crashes, s.Pauses)
+	fmt.Fprintf(w, "scenarios: cron_ticks=%d cron_runs=%d cron_double_runs=%d payments=%d double_charges=%d sessions=%d hangs=%d crashes=%d pauses=%d deadlocks=%d\n",
+		s.CronTicks, s.CronRuns, s.CronDoubleRuns, s.Payments, s.DoubleCharges, s.Sessions, s.Hangs, s.Crashes, s.Pauses, s.Deadlocks)
 	fmt.Fprintf(w, "events: recorded=%d sent=%d dropped=%d\n", es.Recorded, es.Sent, es.Dropped)
 }

@@ -263,3 +263,63 @@ func (s *Simulator) takeOver(ctx context.Context, key string, ttl, freeze time.D
 	sleep(ctx, ttl/4)
 	s.release(l)
 }
+
+// deadlock is a transfer between a ledger and an account that two services
+// lock in opposite orders: payments-api holds the ledger and waits for the
+// account, ledger-sync holds the account and waits for the ledger (nested
+// Do, so each wait names the lock its caller holds). Neither proceeds until
+// their waits time out; then both retry later, in the same wrong order, and
+// it happens again: once a minute.
+func (s *Simulator) deadlock(ctx context.Context) {
+	if !sleep(ctx, s.scaled(8*time.Second)) {
+		return
+	}
+	ledger, account := s.key("payments:ledger"), s.key("payments:account-42")
+	for {
+		both := make(chan struct{})
+		var ready, done sync.WaitGroup
+		ready.Add(2)
+		for _, p := range [][3]string{{"payments-api/pod-2", ledger, account}, {"ledger-sync/pod-1", account, ledger}} {
+			done.Go(func() {
+				s.attempts.Add(1)
+				err := s.c.Do(ctx, p[1], s.scaled(30*time.Second), &lock.ObtainOptions{Owner: p[0]}, func(lctx context.Context) error {
+					s.acquired.Add(1)
+					ready.Done()
+					select {
+					case <-both:
+					case <-lctx.Done():
+						return lctx.Err()
+					case <-time.After(s.scaled(5 * time.Second)):
+						return nil // the other service never got its first lock
+					}
+					wctx, cancel := context.WithTimeout(lctx, s.scaled(20*time.Second))
+					defer cancel()
+					s.attempts.Add(1)
+					l, err := s.c.Obtain(wctx, p[2], s.scaled(30*time.Second), &lock.ObtainOptions{Owner: p[0], Retry: lock.LinearBackoff(s.scaled(200 * time.Millisecond))})
+					if err != nil {
+						s.timedOut.Add(1)
+						return nil
+					}
+					s.acquired.Add(1)
+					l.Release(context.WithoutCancel(ctx))
+					s.released.Add(1)
+					return nil
+				})
+				switch {
+				case err == nil:
+					s.released.Add(1)
+				case ctx.Err() != nil:
+				default:
+					s.errs.Add(1)
+				}
+			})
+		}
+		go func() { ready.Wait(); close(both) }()
+		done.Wait()
+		s.deadlocks.Add(1)
+		s.log.Debug("workload: deadlock between payments-api and ledger-sync resolved by timeout")
+		if !sleep(ctx, s.scaled(40*time.Second)) {
+			return
+		}
+	}
+}

@@ -32,10 +32,11 @@ const (
 	Stuck     = "stuck"     // an export worker that hangs while its lock keeps renewing
 	Crash     = "crash"     // a batch job that dies holding its lock: the TTL expires it
 	Pause     = "pause"     // a sync job paused past its TTL: it finds its lock lost
+	Deadlock  = "deadlock"  // two services take two locks in opposite orders: a deadlock until a wait times out
 )
 
 // Scenarios lists every scenario in the order they are described.
-var Scenarios = []string{Cron, Payments, Workflow, Inventory, Stuck, Crash, Pause}
+var Scenarios = []string{Cron, Payments, Workflow, Inventory, Stuck, Crash, Pause, Deadlock}
 
 // Options configures a Simulator. The zero value runs every scenario at the
 // demo's pace until the context ends.
@@ -85,6 +86,7 @@ type Stats struct {
 	Hangs          int64 // holders that hung while renewing
 	Crashes        int64 // holders that died holding their lock
 	Pauses         int64 // holders paused past their TTL
+	Deadlocks      int64 // deadlocks formed (each resolved by a wait timing out)
 }
 
 // Simulator runs the scenarios through the lock library.
@@ -102,7 +104,7 @@ type Simulator struct {
 	released, lost, abandoned                   atomic.Int64
 	cronTicks, cronRuns, cronDouble             atomic.Int64
 	payments, doubleCharges, sessions           atomic.Int64
-	hangs, crashes, pauses                      atomic.Int64
+	hangs, crashes, pauses, deadlocks           atomic.Int64
 }
 
 // New returns a Simulator taking locks in rdb and reporting their events to
@@ -172,6 +174,7 @@ func (s *Simulator) Stats() Stats {
 		Hangs:          s.hangs.Load(),
 		Crashes:        s.crashes.Load(),
 		Pauses:         s.pauses.Load(),
+		Deadlocks:      s.deadlocks.Load(),
 	}
 }
 
@@ -191,6 +194,7 @@ func (s *Simulator) Run(ctx context.Context) error {
 		Stuck:     s.stuck,
 		Crash:     s.crash,
 		Pause:     s.pause,
+		Deadlock:  s.deadlock,
 		Payments:  nil, // both run inside traffic
 		Inventory: nil,
 	}

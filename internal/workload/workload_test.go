@@ -329,3 +329,41 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		}
 	}
 }
+
+func TestDeadlockFormsAndResolvesByTimeout(t *testing.T) {
+	t.Parallel()
+	// At 20x: the first deadlock forms at 0.4s, its waits time out 1s later.
+	st, rec, prefix := simulate(t, Options{Scenarios: []string{Deadlock}, Speed: 20, Duration: 2 * time.Second})
+	if st.Deadlocks != 1 || st.TimedOut != 2 {
+		t.Fatalf("deadlocks %d, timed out %d; want one deadlock whose two waits timed out", st.Deadlocks, st.TimedOut)
+	}
+	evs := rec.events(prefix)
+	if n := count(evs, event.Waiting, ""); n != 2 {
+		t.Fatalf("%d waiting events, want one per deadlocked wait", n)
+	}
+	// Replayed up to the moment both wait, the collector sees the cycle.
+	var upTo []event.Event
+	for _, e := range evs {
+		upTo = append(upTo, e)
+		if count(upTo, event.Waiting, "") == 2 {
+			break
+		}
+	}
+	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, upTo[len(upTo)-1].TS) }})
+	agg.Apply(upTo)
+	cy := agg.Blocking().Cycles
+	if len(cy) != 1 || len(cy[0].Members) != 2 {
+		t.Fatalf("cycles = %+v, want one of two members", cy)
+	}
+	owners := []string{cy[0].Members[0].Owner, cy[0].Members[1].Owner}
+	slices.Sort(owners)
+	if !slices.Equal(owners, []string{"ledger-sync/pod-1", "payments-api/pod-2"}) {
+		t.Errorf("cycle owners = %q", owners)
+	}
+	// And it resolved: both waits failed, nobody waits any more.
+	agg2 := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, evs[len(evs)-1].TS) }})
+	agg2.Apply(evs)
+	if n := agg2.Overview().Waiters; n != 0 || len(agg2.Blocking().Cycles) != 0 {
+		t.Errorf("after the timeouts: %d waiters, cycles %+v; want none", n, agg2.Blocking().Cycles)
+	}
+}
