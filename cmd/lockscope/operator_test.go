@@ -209,3 +209,72 @@ func readStream(t *testing.T, rdb redis.UniversalClient, stream string) []event.
 	}
 	return evs
 }
+
+// locks shows the callers waiting for each lock now, from the stream's
+// newest waiting events not yet ended.
+func TestLocksShowsWaiters(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{FlushInterval: 10 * time.Millisecond})
+	defer em.Close(ctx)
+	lc := lock.New(rdb, &lock.Options{Owner: "holder", Recorder: em})
+	l, _ := hold(t, lc, "inventory:sku-1", "holder", time.Minute)
+	hold(t, lc, "inventory:sku-2", "holder", time.Minute)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{}, 2)
+	for _, who := range []string{"w1", "w2"} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			c := lock.New(rdb, &lock.Options{Owner: who, Recorder: em})
+			if l, err := c.Obtain(wctx, "inventory:sku-1", time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(10 * time.Millisecond)}); err == nil {
+				l.Release(ctx)
+			}
+		}()
+	}
+	defer func() { cancel(); <-done; <-done }()
+	counts := func() map[string]int {
+		stdout, stderr, code := lockscope(t, env, "", "locks", "--json", "inventory:*")
+		if code != 0 {
+			t.Fatalf("locks --json: exit %d, %s", code, stderr)
+		}
+		var got []struct {
+			Key     string `json:"key"`
+			Waiters *int   `json:"waiters"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]int{}
+		for _, g := range got {
+			if g.Waiters == nil {
+				t.Fatalf("locks --json: no waiters for %s:\n%s", g.Key, stdout)
+			}
+			out[g.Key] = *g.Waiters
+		}
+		return out
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for got := counts(); got["inventory:sku-1"] != 2 || got["inventory:sku-2"] != 0; got = counts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("locks waiters = %v, want sku-1: 2, sku-2: 0", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	stdout, _, _ := lockscope(t, env, "", "locks", "inventory:sku-1")
+	if !strings.Contains(stdout, "WAITING") || !strings.Contains(stdout, "  2  ") {
+		t.Errorf("locks table lacks the WAITING column with 2:\n%s", stdout)
+	}
+	// The holder releases: both waits end, one acquires, the other then
+	// waits on it or gets it next; soon nobody waits.
+	l.Release(ctx)
+	deadline = time.Now().Add(5 * time.Second)
+	for got := counts(); got["inventory:sku-1"] != 0; got = counts() {
+		if time.Now().After(deadline) {
+			t.Fatalf("locks waiters after the release = %v, want none", got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

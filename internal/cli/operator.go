@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lockscope/lockscope/event"
 	"io"
 	"slices"
 	"strconv"
@@ -35,6 +37,7 @@ type holderJSON struct {
 	TTLSeconds  float64    `json:"ttl_seconds"` // -1: no expiry
 	Fingerprint string     `json:"fingerprint"`
 	Foreign     bool       `json:"foreign,omitempty"` // written by another library; owner is the raw value
+	Waiters     *int       `json:"waiters,omitempty"` // callers waiting for it now (absent: the stream could not be read)
 }
 
 func toJSON(h *lock.Holder, now time.Time) holderJSON {
@@ -110,6 +113,7 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 			f.maxArgs = 1
 			var rc redisConfig
 			rc.defineConn(f)
+			rc.defineStream(f, "Redis stream the lock library writes its events to (read for the callers waiting now)")
 			var asJSON bool
 			var limit int
 			f.Bool(&asJSON, "json", "LOCKSCOPE_JSON", false, "print JSON (one array) instead of a table")
@@ -129,10 +133,19 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 					return err
 				}
 				now := time.Now()
+				waiting, werr := liveWaiters(ctx, rdb, rc.stream, rc.partitions, now)
+				if werr != nil {
+					fmt.Fprintf(env.Stderr, "waiters unknown: cannot read the event stream %s: %v\n", rc.stream, werr)
+				}
 				if asJSON {
 					out := make([]holderJSON, 0, len(holders))
 					for _, h := range holders {
-						out = append(out, toJSON(h, now))
+						j := toJSON(h, now)
+						if werr == nil {
+							n := waiting[h.Key]
+							j.Waiters = &n
+						}
+						out = append(out, j)
 					}
 					enc := json.NewEncoder(env.Stdout)
 					enc.SetIndent("", "  ")
@@ -143,7 +156,7 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 					return nil
 				}
 				tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "KEY\tOWNER\tHELD\tTTL\tFENCE\tFINGERPRINT")
+				fmt.Fprintln(tw, "KEY\tOWNER\tHELD\tTTL\tWAITING\tFENCE\tFINGERPRINT")
 				for _, h := range holders {
 					owner := displayKey(h.Owner, 60)
 					if h.Foreign {
@@ -153,8 +166,12 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 					if h.Fence > 0 {
 						fence = strconv.FormatInt(h.Fence, 10)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", displayKey(h.Key, 80), owner,
-						formatHeld(h, now), formatTTL(h.TTL), fence, h.Fingerprint[:12])
+					wait := "?"
+					if werr == nil {
+						wait = strconv.Itoa(waiting[h.Key])
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", displayKey(h.Key, 80), owner,
+						formatHeld(h, now), formatTTL(h.TTL), wait, fence, h.Fingerprint[:12])
 				}
 				tw.Flush()
 				if truncated {
@@ -220,6 +237,62 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 		holders, truncated = holders[:limit], true
 	}
 	return holders, truncated, nil
+}
+
+// waitersScan bounds how many of the newest events liveWaiters reads per
+// stream. A waiter whose waiting event is older than that is missed (never
+// invented): at 1 000 events/s, 20 000 events cover the last 20 seconds.
+const waitersScan = 20_000
+
+// liveWaiters counts, per key, the callers waiting now: waiting events among
+// the newest entries of the stream (each partition) whose wait has neither
+// ended (the same lease's acquired or failed event) nor passed its deadline.
+func liveWaiters(ctx context.Context, rdb redis.UniversalClient, stream string, partitions int, now time.Time) (map[string]int, error) {
+	var evs []event.Event
+	for _, st := range event.Streams(stream, max(partitions, 1)) {
+		end, n := "+", 0
+		for n < waitersScan {
+			msgs, err := rdb.XRevRangeN(ctx, st, end, "-", 64).Result()
+			if err != nil {
+				return nil, err
+			}
+			for _, m := range msgs {
+				if d, err := event.Decode(m.Values); err == nil {
+					evs = append(evs, d...)
+					n += len(d)
+				}
+			}
+			if len(msgs) < 64 {
+				break
+			}
+			end = "(" + msgs[len(msgs)-1].ID
+		}
+	}
+	slices.SortStableFunc(evs, func(a, b event.Event) int { return cmp.Compare(a.TS, b.TS) })
+	type wait struct {
+		key      string
+		deadline int64
+	}
+	live := make(map[string]wait)
+	for _, e := range evs {
+		switch e.Type {
+		case event.Waiting:
+			bound := e.Wait
+			if bound <= 0 || bound > 5*time.Minute {
+				bound = 5 * time.Minute
+			}
+			live[e.Lease] = wait{key: e.Key, deadline: e.TS + int64(bound)}
+		case event.Acquired, event.Failed:
+			delete(live, e.Lease)
+		}
+	}
+	out := make(map[string]int)
+	for _, w := range live {
+		if w.deadline > now.UnixNano() {
+			out[w.key]++
+		}
+	}
+	return out, nil
 }
 
 // errStopScan ends scanStrings early.
