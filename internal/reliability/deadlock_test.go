@@ -1,0 +1,141 @@
+package reliability
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+func init() { helpers["crossed"] = crossedMain }
+
+// crossedConfig: take First (Do), wait for the Go key to exist, then wait
+// for Second for at most Wait.
+type crossedConfig struct {
+	Redis, Owner, First, Second, Go string
+	Wait                           time.Duration
+}
+
+// crossedMain is one side of a deadlock, as its own process.
+func crossedMain(ctx context.Context, b []byte) (any, error) {
+	var cfg crossedConfig
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, err
+	}
+	opt, err := redis.ParseURL(cfg.Redis)
+	if err != nil {
+		return nil, err
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{FlushInterval: 10 * time.Millisecond})
+	defer em.Close(context.Background())
+	c := lock.New(rdb, &lock.Options{Owner: cfg.Owner, Recorder: em})
+	err = c.Do(ctx, cfg.First, time.Minute, nil, func(ctx context.Context) error {
+		for rdb.Exists(ctx, cfg.Go).Val() == 0 {
+			if !sleep(ctx, 10*time.Millisecond) {
+				return ctx.Err()
+			}
+		}
+		wctx, cancel := context.WithTimeout(ctx, cfg.Wait)
+		defer cancel()
+		_, err := c.Obtain(wctx, cfg.Second, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(20 * time.Millisecond)})
+		return err
+	})
+	return map[string]string{"err": errString(err)}, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// TestDeadlockBetweenTwoProcesses: process A holds x and waits for y,
+// process B holds y and waits for x (nested Do). The real serve reports one
+// cycle within 2 s in /metrics and /api/v1/blocking. A is then killed: its
+// wait never ends, yet it disappears once its deadline has passed, and the
+// cycle with it.
+func TestDeadlockBetweenTwoProcesses(t *testing.T) {
+	bin := buildLockscope(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := testCtx(t, time.Minute)
+	serve := startServe(t, bin, srv.URL(), nil)
+
+	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-b", First: "account:1", Second: "ledger:1", Go: "go", Wait: 20 * time.Second})
+	a := startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-a", First: "ledger:1", Second: "account:1", Go: "go", Wait: 3 * time.Second})
+	if !waitFor(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
+		t.Fatal("the two processes did not take their first locks")
+	}
+	rdb.Set(ctx, "go", "1", time.Minute)
+	formed := time.Now()
+	type blocking struct {
+		Waiters   int `json:"waiters"`
+		Deadlocks [][]struct {
+			Owner    string `json:"owner"`
+			Holds    string `json:"holds"`
+			WaitsFor string `json:"waits_for"`
+		} `json:"deadlocks"`
+	}
+	get := func() (blocking, float64) {
+		var b blocking
+		resp, err := http.Get(serve.url("/api/v1/blocking"))
+		if err == nil {
+			json.NewDecoder(resp.Body).Decode(&b)
+			resp.Body.Close()
+		}
+		return b, serve.metrics(ctx, t).sum("lockscope_deadlock_cycles")
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		b, cycles := get()
+		if cycles == 1 && len(b.Deadlocks) == 1 {
+			t.Logf("cycle of two processes in /metrics and /api/v1/blocking %v after it formed", time.Since(formed).Round(time.Millisecond))
+			got := map[string]string{}
+			for _, m := range b.Deadlocks[0] {
+				got[m.Owner] = m.Holds + " waits " + m.WaitsFor
+			}
+			if got["service-a"] != "ledger:1 waits account:1" || got["service-b"] != "account:1 waits ledger:1" {
+				t.Errorf("deadlock = %v", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no cycle within 2s: /metrics says %v cycles, /api/v1/blocking %+v", cycles, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A dies while it waits: nobody ends its wait; its 3 s deadline does.
+	a.cmd.Process.Kill()
+	<-a.done
+	deadline = time.Now().Add(8 * time.Second)
+	for {
+		b, cycles := get()
+		if cycles == 0 && len(b.Deadlocks) == 0 && b.Waiters == 1 {
+			t.Logf("the killed waiter gone %v after the deadlock formed (its deadline: 3s)", time.Since(formed).Round(time.Millisecond))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed waiter is still shown: %v cycles, %+v", cycles, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
