@@ -200,7 +200,8 @@ func TestHotKeyLabels(t *testing.T) {
 	a, clk := newTestAggregator(t, Config{})
 	clk.Set(aggT0.Add(time.Second))
 	long := strings.Repeat("k", 10_000)
-	a.Apply(append(append(contend("bad:\xff", 2, 0, 0), contend("bad:\xfe", 1, 0, 0)...), contend(long, 1, 0, 0)...))
+	a.Apply(append(append(append(contend("bad:\xff", 2, 0, 0), contend("bad:\xfe", 1, 0, 0)...), contend(long, 1, 0, 0)...),
+		contend("esc:\x1b[31mred\x1b[0m\n", 4, 0, 0)...))
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(a.m.hot)
 	mfs, err := reg.Gather()
@@ -215,7 +216,14 @@ func TestHotKeyLabels(t *testing.T) {
 	if got["bad:\uFFFD"] != 3 {
 		t.Errorf("hot key labels = %v, want bad:\\uFFFD = 3 (two keys merged)", got)
 	}
+	// Control characters never reach a terminal running curl /metrics.
+	if got["esc:?[31mred?[0m?"] != 4 {
+		t.Errorf("hot key labels = %v, want the ESC key as esc:?[31mred?[0m? = 4", got)
+	}
 	for k := range got {
+		if hasControl(k) {
+			t.Errorf("hot key label %q carries a control character", k)
+		}
 		if len(k) > maxKeyLabelLen+len("…") {
 			t.Errorf("hot key label of %d bytes, want at most %d", len(k), maxKeyLabelLen+3)
 		}

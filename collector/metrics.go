@@ -268,9 +268,20 @@ func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(rest), hotKeyOther, hotKeyOther)
 }
 
-// labelValue makes s a valid, bounded label value.
+// labelValue makes s a valid, bounded label value without control
+// characters (an ESC in a key must not reach a terminal running
+// `curl /metrics`): they become '?'.
+func hasControl(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == 0x7f {
+			return true
+		}
+	}
+	return false
+}
+
 func labelValue(s string) string {
-	if len(s) <= maxKeyLabelLen && utf8.ValidString(s) {
+	if len(s) <= maxKeyLabelLen && utf8.ValidString(s) && !hasControl(s) {
 		return s
 	}
 	b, n := appendSanitizedN(make([]byte, 0, maxKeyLabelLen+3), s, maxKeyLabelLen)
