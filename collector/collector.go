@@ -85,6 +85,11 @@ type Options struct {
 	// through keyspace notifications, e.g. "lock:*". nil means none; the
 	// "expired" notifications that confirm expirations are followed anyway.
 	Watch []string
+	// WatchNoTTL takes watched keys without a TTL for locks too (a redis-py
+	// Lock created without timeout). By default a key without a TTL is a
+	// plain value, not a lock: `--watch '*'` must not report configuration
+	// keys as held forever and stuck.
+	WatchNoTTL bool
 	// Logger receives the collector's logs. nil means slog.Default().
 	Logger *slog.Logger
 	// Now stamps the events the passive watcher synthesizes. nil means

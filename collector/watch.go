@@ -359,8 +359,12 @@ func (w *nodeWatcher) observe(ctx context.Context, key string) {
 // change.
 func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Time, resync bool) {
 	now := w.c.opt.Now()
-	if own(value) || w.c.internalKey(key) {
-		delete(w.held, key)
+	if own(value) || w.c.internalKey(key) || pttl < 0 && !w.c.opt.WatchNoTTL {
+		// The library's own locks come through the stream; the collector's
+		// keys and fence counters are no locks; a key without a TTL is
+		// taken for a lock only when the user says so (WatchNoTTL).
+		// Was it a lock (PERSIST, or SET without expiry)? Its hold ended.
+		w.released(key)
 		return
 	}
 	// Redis evaluated PTTL somewhere between sent and received: the
@@ -426,11 +430,11 @@ func (w *nodeWatcher) released(key string) {
 	w.emit(event.Event{Type: event.Released, Key: key, Owner: ownerOf(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
 }
 
-// internalKey reports whether key is one of the collector's own keys (the
-// stream, its checkpoint and presence keys): never a lock, whatever a wide
-// watch pattern matches.
+// internalKey reports whether key is one of lockscope's own keys (the
+// stream, its checkpoint and presence keys, the fence counters): never a
+// lock, whatever a wide watch pattern matches.
 func (c *Collector) internalKey(key string) bool {
-	return key == c.opt.Stream || strings.HasPrefix(key, c.opt.Stream+":")
+	return key == c.opt.Stream || strings.HasPrefix(key, c.opt.Stream+":") || strings.HasPrefix(key, lock.FencePrefix)
 }
 
 func (w *nodeWatcher) expired(key string) {

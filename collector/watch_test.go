@@ -2,6 +2,8 @@ package collector
 
 import (
 	"context"
+	"fmt"
+	"github.com/lockscope/lockscope/lock"
 	"slices"
 	"strings"
 	"sync"
@@ -354,5 +356,46 @@ func TestMissingFlags(t *testing.T) {
 		if got := missingFlags(tt.cur, tt.need); got != tt.want {
 			t.Errorf("missingFlags(%q, %q) = %q, want %q", tt.cur, tt.need, got, tt.want)
 		}
+	}
+}
+
+// A wide pattern matches keys that are no locks: lockscope's own (the
+// stream's, the fence counters) and plain values without a TTL. None is
+// taken for a lock, so none is ever held forever or stuck; with WatchNoTTL
+// a key without a TTL (a redis-py Lock without timeout) is one.
+func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
+	for _, noTTL := range []bool{false, true} {
+		t.Run(fmt.Sprintf("WatchNoTTL=%v", noTTL), func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			rdb := srv.Client(t)
+			ctx := context.Background()
+			stream := "lockscope:events"
+			agg, _ := testAgg(t, Config{StuckAfter: time.Second})
+			c := startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{"*"}, WatchNoTTL: noTTL})
+			waitSynced(t, c, 1)
+			em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
+			defer em.Close(ctx)
+			lc := lock.New(rdb, &lock.Options{Owner: "app", Recorder: em})
+			if _, err := lc.Obtain(ctx, "job:1", time.Minute, &lock.ObtainOptions{Fencing: true}); err != nil { // writes a fence counter
+				t.Fatal(err)
+			}
+			rdb.Set(ctx, "cfg:plain", "v", 0)
+			rdb.Set(ctx, "py:lock", "tok-1", 0) // a redis-py Lock without timeout
+			rdb.Set(ctx, "nx:lock", "1", 30*time.Second)
+			waitFor(t, "the real locks seen", func() bool { return lockInfo(agg, "nx:lock").Held && lockInfo(agg, "job:1").Held })
+			time.Sleep(300 * time.Millisecond) // every notification handled
+			var held []string
+			for _, l := range agg.Locks(LockQuery{HeldOnly: true, Limit: 500}).Locks {
+				held = append(held, l.Key)
+			}
+			slices.Sort(held)
+			want := []string{"job:1", "nx:lock"}
+			if noTTL {
+				want = []string{"cfg:plain", "job:1", "nx:lock", "py:lock"}
+			}
+			if !slices.Equal(held, want) {
+				t.Errorf("held = %q, want %q (never the stream's keys or fence counters)", held, want)
+			}
+		})
 	}
 }

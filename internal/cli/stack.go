@@ -29,6 +29,7 @@ type collectorConfig struct {
 	group      string
 	consumer   string
 	watch      []string
+	watchNoTTL bool
 	classes    []string
 	maxClasses int
 	maxKeys    int
@@ -39,6 +40,7 @@ type collectorConfig struct {
 func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.Duration(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, "a lock held longer than this counts as stuck")
 	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*")
+	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "take watched keys without a TTL for locks too (a redis-py Lock without timeout); by default they are plain values")
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS], tried in order before the default (numbers, UUIDs and hex ids become *)")
 	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", collector.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
 	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", collector.DefaultMaxKeys, "most keys the collector keeps state for")
@@ -141,7 +143,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 			Logger:     log,
 		}
 		if i == 0 {
-			opt.Watch = cfg.collector.watch
+			opt.Watch, opt.WatchNoTTL = cfg.collector.watch, cfg.collector.watchNoTTL
 		}
 		cols[i] = collector.New(rdb, agg, opt)
 	}
