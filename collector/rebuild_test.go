@@ -29,12 +29,11 @@ func startReplica(t *testing.T, rdb redis.UniversalClient, agg *Aggregator, stre
 
 // picture is what an operator compares between two replicas.
 type picture struct {
-	held, stuck  int
-	holders      []string // key owner
-	expired      []string
-	hot          []string // key contentions
-	expirations  int64
-	acquisitions int64
+	held, stuck int
+	holders     []string // key owner
+	expired     []string
+	hot         []string // key contentions
+	expirations int64
 }
 
 func pictureOf(agg *Aggregator) picture {

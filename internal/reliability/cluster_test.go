@@ -64,13 +64,11 @@ func TestBinaryOnRedisCluster(t *testing.T) {
 	masters := map[string]bool{}
 	for i := 0; len(masters) < 3 && i < 1000; i++ {
 		k := "held:" + strconv.Itoa(i)
-		node := rdb.ClusterKeySlot(ctx, k).Val()
-		owner := ""
-		for _, s := range rdb.ClusterSlots(ctx).Val() {
-			if node >= int64(s.Start) && node <= int64(s.End) {
-				owner = s.Nodes[0].Addr
-			}
+		m, err := rdb.MasterForKey(ctx, k)
+		if err != nil {
+			t.Fatal(err)
 		}
+		owner := m.Options().Addr
 		if masters[owner] {
 			continue
 		}
@@ -156,12 +154,11 @@ func TestPartitionedStreamsOnRedisCluster(t *testing.T) {
 			t.Errorf("partition %s holds no events", st)
 		}
 		written += n
-		slot := rdb.ClusterKeySlot(ctx, st).Val()
-		for _, s := range rdb.ClusterSlots(ctx).Val() {
-			if slot >= int64(s.Start) && slot <= int64(s.End) {
-				nodes[s.Nodes[0].Addr] = true
-			}
+		m, err := rdb.MasterForKey(ctx, st)
+		if err != nil {
+			t.Fatal(err)
 		}
+		nodes[m.Options().Addr] = true
 	}
 	if len(nodes) != 3 {
 		t.Errorf("the 3 partitions live on %d masters, want 3", len(nodes))

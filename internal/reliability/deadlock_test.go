@@ -19,7 +19,7 @@ func init() { helpers["crossed"] = crossedMain }
 // for Second for at most Wait.
 type crossedConfig struct {
 	Redis, Owner, First, Second, Go string
-	Wait                           time.Duration
+	Wait                            time.Duration
 }
 
 // crossedMain is one side of a deadlock, as its own process.
