@@ -253,8 +253,21 @@ func TestHostileKeysEndToEnd(t *testing.T) {
 		}
 	}
 	for _, key := range hostileKeys {
-		if utf8.ValidString(key) && len(key) <= 200 && !labels[key] {
-			t.Errorf("lockscope_hot_key_contentions has no series with key=%q; labels: %q", key, keysOf(labels))
+		// Control characters become '?': a label must not carry an ESC
+		// (or a newline) to the terminal of whoever curls /metrics.
+		want := strings.Map(func(r rune) rune {
+			if r < 0x20 || r == 0x7f {
+				return '?'
+			}
+			return r
+		}, key)
+		if utf8.ValidString(key) && len(key) <= 200 && !labels[want] {
+			t.Errorf("lockscope_hot_key_contentions has no series with key=%q; labels: %q", want, keysOf(labels))
+		}
+	}
+	for l := range labels {
+		if strings.ContainsFunc(l, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			t.Errorf("hot-key label %q carries a control character", l)
 		}
 	}
 	if len(labels) < len(hostileKeys) {
