@@ -583,20 +583,28 @@ func (k *keyState) prevOf(lease, owner string) *pendingHold {
 // endEventLocked applies a released, lost or forced event: it ends the hold
 // it refers to, once. A lost event at or after the hold's expiry means the
 // TTL lapsed while held: it counts as an expiration.
+// lostSlack is how early before the expiry we computed a holder may find its
+// lock gone because its TTL lapsed: the expiry is computed from the
+// renewal's event time, which is taken after Redis set the TTL (one round
+// trip later). A tenth of the TTL, between 2 ms and 1 s.
+func lostSlack(ttl time.Duration) int64 {
+	return int64(min(max(ttl/10, 2*time.Millisecond), time.Second))
+}
+
 func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, how uint8) {
 	switch {
 	case k.matches(lease, owner):
 		if hold == 0 {
 			hold = time.Duration(ts - k.since)
 		}
-		if how == endLost && k.expiresAt > 0 && ts >= k.expiresAt {
+		if how == endLost && k.expiresAt > 0 && ts >= k.expiresAt-lostSlack(k.ttl) {
 			a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "lost")
 			return
 		}
 		a.endHoldLocked(sh, k, how, hold)
 	case k.prevOf(lease, owner) != nil:
 		p := k.prevOf(lease, owner)
-		if how == endLost && ts >= p.expires {
+		if how == endLost && ts >= p.expires-lostSlack(time.Duration(p.expires-p.since)) {
 			a.resolvePendingLocked(k, p, true, false)
 			return
 		}

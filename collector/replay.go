@@ -43,13 +43,17 @@ func (a *Aggregator) BeginReplay(start time.Time) {
 	}
 }
 
+// replayChunk is how many replayed events are applied between two expiry
+// decisions (see Replay).
+const replayChunk = 64
+
 // Replay applies events read back from the stream, each at its own time
 // (clamped so that time never goes back, nor past the collector's clock).
 // count false mutes the Prometheus counters and histograms: the events were
 // counted before the restart.
 func (a *Aggregator) Replay(evs []event.Event, count bool) {
 	for len(evs) > 0 {
-		chunk := evs[:min(len(evs), applyChunk)]
+		chunk := evs[:min(len(evs), replayChunk)]
 		evs = evs[len(chunk):]
 		real := a.nowNS()
 		a.mu.Lock()
@@ -62,6 +66,11 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 			a.advanceLocked(now)
 			a.applyLocked(&chunk[i], now)
 		}
+		// What Tick would have decided by now: expiries and parked holds
+		// whose grace has passed. Without it a key's superseded holds
+		// would pile up past maxPending during a long replay and their
+		// expirations be lost.
+		a.expireDueLocked(a.replayAt)
 		a.muteLocked(false)
 		last := a.evMax
 		a.mu.Unlock()

@@ -4,7 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,9 +120,59 @@ func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 60s: replica a shows %+v (%v), the restarted b %+v (%v), Redis holds %d locks of the load; want them equal, with nothing held",
-				va, errA, vb, errB, locks)
+			t.Fatalf("after 60s: replica a shows %+v (%v), the restarted b %+v (%v), Redis holds %d locks of the load; want them equal, with nothing held\nexpirations on a:\n%s\nexpirations on b:\n%s",
+				va, errA, vb, errB, locks, expiredByKey(ctx, a), expiredByKey(ctx, b))
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
+}
+
+// expirationRows returns the overview page's recent expirations, one per
+// line, to tell which one two replicas disagree on.
+func expirationRows(ctx context.Context, p *proc) string {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/"), nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out []string
+	for _, part := range strings.Split(string(b), `data-testid="expiration-row"`)[1:] {
+		row, _, _ := strings.Cut(part, "</tr>")
+		out = append(out, strings.Join(strings.Fields(tagRE.ReplaceAllString(row, " ")), " "))
+	}
+	return strings.Join(out, "\n")
+}
+
+var tagRE = regexp.MustCompile(`<[^>]*>`)
+
+// expiredByKey lists, for the keys whose holds expire in the workload, the
+// expired records of each key's recent events.
+func expiredByKey(ctx context.Context, p *proc) string {
+	var out []string
+	for _, k := range []string{"rep:invoice:batch-1", "rep:invoice:batch-2", "rep:invoice:batch-3",
+		"rep:ledger:account-500", "rep:ledger:account-501", "rep:ledger:account-502", "rep:ledger:account-503", "rep:ledger:account-504"} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/api/v1/locks/"+url.PathEscape(k)), nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		var d struct {
+			Recent []struct {
+				Type  string    `json:"type"`
+				Owner string    `json:"owner"`
+				Lease string    `json:"lease"`
+				At    time.Time `json:"at"`
+			} `json:"recent"`
+		}
+		json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+		var evs []string
+		for _, e := range d.Recent {
+			evs = append(evs, e.At.Format("05.000")+" "+e.Type+" "+e.Owner+" "+e.Lease)
+		}
+		out = append(out, k+":\n    "+strings.Join(evs, "\n    "))
+	}
+	return strings.Join(out, "\n")
 }

@@ -334,8 +334,10 @@ func TestDeadlockFormsAndResolvesByTimeout(t *testing.T) {
 	t.Parallel()
 	// At 20x: the first deadlock forms at 0.4s, its waits time out 1s later.
 	st, rec, prefix := simulate(t, Options{Scenarios: []string{Deadlock}, Speed: 20, Duration: 2 * time.Second})
-	if st.Deadlocks != 1 || st.TimedOut != 2 {
-		t.Fatalf("deadlocks %d, timed out %d; want one deadlock whose two waits timed out", st.Deadlocks, st.TimedOut)
+	// The first wait to time out breaks it: its Do releases, and the other
+	// wait may then succeed before its own deadline.
+	if st.Deadlocks != 1 || st.TimedOut < 1 {
+		t.Fatalf("deadlocks %d, timed out %d; want one deadlock broken by a timeout", st.Deadlocks, st.TimedOut)
 	}
 	evs := rec.events(prefix)
 	if n := count(evs, event.Waiting, ""); n != 2 {
@@ -360,7 +362,7 @@ func TestDeadlockFormsAndResolvesByTimeout(t *testing.T) {
 	if !slices.Equal(owners, []string{"ledger-sync/pod-1", "payments-api/pod-2"}) {
 		t.Errorf("cycle owners = %q", owners)
 	}
-	// And it resolved: both waits failed, nobody waits any more.
+	// And it resolved: both waits ended, nobody waits any more.
 	agg2 := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, evs[len(evs)-1].TS) }})
 	agg2.Apply(evs)
 	if n := agg2.Overview().Waiters; n != 0 || len(agg2.Blocking().Cycles) != 0 {
