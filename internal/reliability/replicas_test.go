@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,32 +118,12 @@ func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 60s: replica a shows %+v (%v), the restarted b %+v (%v), Redis holds %d locks of the load; want them equal, with nothing held\nexpirations on a:\n%s\nexpirations on b:\n%s",
+			t.Fatalf("after 60s: replica a shows %+v (%v), the restarted b %+v (%v), Redis holds %d locks of the load; want them equal, with nothing held\nrecent events on a:\n%s\nrecent events on b:\n%s",
 				va, errA, vb, errB, locks, expiredByKey(ctx, a), expiredByKey(ctx, b))
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
 }
-
-// expirationRows returns the overview page's recent expirations, one per
-// line, to tell which one two replicas disagree on.
-func expirationRows(ctx context.Context, p *proc) string {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/"), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var out []string
-	for _, part := range strings.Split(string(b), `data-testid="expiration-row"`)[1:] {
-		row, _, _ := strings.Cut(part, "</tr>")
-		out = append(out, strings.Join(strings.Fields(tagRE.ReplaceAllString(row, " ")), " "))
-	}
-	return strings.Join(out, "\n")
-}
-
-var tagRE = regexp.MustCompile(`<[^>]*>`)
 
 // expiredByKey lists, for the keys whose holds expire in the workload, the
 // expired records of each key's recent events.
