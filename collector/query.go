@@ -107,6 +107,13 @@ type LockInfo struct {
 }
 
 // HeldFor is how long the current hold has lasted at now.
+// NoExpiry reports a held lock without a TTL (a watched key, taken for a lock
+// with WatchNoTTL: a redis-py Lock without timeout): if its holder dies it
+// stays held until someone deletes it.
+func (l LockInfo) NoExpiry() bool {
+	return l.Held && l.Passive && l.TTL <= 0 && l.ExpiresAt.IsZero()
+}
+
 func (l LockInfo) HeldFor(now time.Time) time.Duration {
 	if !l.Held || l.Since.IsZero() {
 		return 0

@@ -450,7 +450,7 @@ func (c *Collector) verifyHolders(ctx context.Context, hs []event.Event, start i
 			}
 			if v, err := lock.ParseValue(value); err == nil {
 				h.Owner, h.Lease, h.Fence, h.TS, h.Passive = v.Owner, v.Lease, v.Fence, v.Since.UnixNano(), false
-			} else if !h.Passive || ownerOf(value) != h.Owner {
+			} else if !h.Passive || lock.ForeignOwner(value) != h.Owner {
 				continue
 			}
 			if h.TS >= start || h.TS <= 0 {

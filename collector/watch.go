@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
@@ -44,7 +43,6 @@ const (
 )
 
 const (
-	maxOwnerLen  = 256                  // bytes of a foreign lock value shown as its owner
 	maxPassive   = 100_000              // watched holds tracked; a pattern matching more is too broad
 	renewSlack   = 5 * time.Millisecond // PTTL is in whole milliseconds
 	receiveEvery = 30 * time.Second     // a silent subscription is pinged after this
@@ -381,7 +379,7 @@ func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Ti
 		// SET NX PX raises "set" and "expire" together: the second one
 		// finds the deadline where the first left it.
 		if moved && !resync && ttl > 0 {
-			w.emit(event.Event{Type: event.Renewed, Key: key, Owner: ownerOf(value), TTL: ttl, TS: now.UnixNano(), Passive: true})
+			w.emit(event.Event{Type: event.Renewed, Key: key, Owner: lock.ForeignOwner(value), TTL: ttl, TS: now.UnixNano(), Passive: true})
 		}
 		return
 	}
@@ -399,10 +397,10 @@ func (w *nodeWatcher) update(key, value string, pttl time.Duration, sent time.Ti
 		// now, or since when a checkpoint or the stream says it began
 		// (a renewal of an unknown hold takes the key without counting an
 		// acquisition; one of a known hold keeps its since).
-		w.emit(event.Event{Type: event.Renewed, Key: key, Owner: ownerOf(value), TTL: ttl, TS: now.UnixNano(), Passive: true})
+		w.emit(event.Event{Type: event.Renewed, Key: key, Owner: lock.ForeignOwner(value), TTL: ttl, TS: now.UnixNano(), Passive: true})
 		return
 	}
-	w.emit(event.Event{Type: event.Acquired, Key: key, Owner: ownerOf(value), TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true})
+	w.emit(event.Event{Type: event.Acquired, Key: key, Owner: lock.ForeignOwner(value), TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true})
 }
 
 // deadline is when a watched key expires, known within [lo, hi] by the local
@@ -427,7 +425,7 @@ func (w *nodeWatcher) released(key string) {
 	}
 	delete(w.held, key)
 	now := w.c.opt.Now()
-	w.emit(event.Event{Type: event.Released, Key: key, Owner: ownerOf(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
+	w.emit(event.Event{Type: event.Released, Key: key, Owner: lock.ForeignOwner(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
 }
 
 // internalKey reports whether key is one of lockscope's own keys (the
@@ -524,18 +522,4 @@ func (w *nodeWatcher) syncKeys(ctx context.Context, keys []string) error {
 func own(value string) bool {
 	_, err := lock.ParseValue(value)
 	return err == nil
-}
-
-// ownerOf shows a foreign lock's value as its owner, cut to a sane length.
-func ownerOf(v string) string {
-	if len(v) <= maxOwnerLen {
-		return v
-	}
-	cut := v[:maxOwnerLen]
-	if utf8.ValidString(v) {
-		for len(cut) > 0 && !utf8.ValidString(cut) {
-			cut = cut[:len(cut)-1]
-		}
-	}
-	return cut + "…"
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
 )
 
 // Keyspace notifications are local to each cluster node: every master is
@@ -38,8 +39,8 @@ func TestWatchClusterFollowsEveryMaster(t *testing.T) {
 	}
 	waitFor(t, "every expiration confirmed", func() bool { return len(agg.Expirations(10)) == len(keys) })
 	for _, e := range agg.Expirations(10) {
-		if !e.Confirmed || e.Owner != "tok "+e.Key {
-			t.Errorf("Expiration %q = {Confirmed:%v Owner:%q}, want confirmed, owner %q", e.Key, e.Confirmed, e.Owner, "tok "+e.Key)
+		if want := lock.ForeignOwner("tok " + e.Key); !e.Confirmed || e.Owner != want {
+			t.Errorf("Expiration %q = {Confirmed:%v Owner:%q}, want confirmed, owner %q", e.Key, e.Confirmed, e.Owner, want)
 		}
 	}
 	waitFor(t, "stream events applied", func() bool { return eventsTotal(agg) >= 20+int64(len(keys)) })

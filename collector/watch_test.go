@@ -69,7 +69,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		Watch:  []string{prefix + "py:*", prefix + "nx:*", prefix + "*"}, // overlapping on purpose
 	})
 	waitSynced(t, c, 1)
-	if li := lockInfo(agg, early); !li.Held || li.Owner != "early-token" || !li.Passive {
+	if li := lockInfo(agg, early); !li.Held || li.Owner != lock.ForeignOwner("early-token") || !li.Passive {
 		t.Errorf("Lock(early) = {Held:%v Owner:%q Passive:%v}, want held by early-token, passive", li.Held, li.Owner, li.Passive)
 	}
 
@@ -82,7 +82,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		}
 		waitFor(t, "redis-py lock held", func() bool {
 			li := lockInfo(agg, py)
-			return li.Held && li.Owner == token
+			return li.Held && li.Owner == lock.ForeignOwner(token)
 		})
 		if li := lockInfo(agg, py); !li.Passive || li.TTL <= 2*time.Second || li.TTL > 3*time.Second {
 			t.Errorf("round %d: Lock(py) = {Passive:%v TTL:%v}, want passive with TTL ~3s", i, li.Passive, li.TTL)
@@ -107,7 +107,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	}
 	waitFor(t, "SETNX lock held with its TTL", func() bool {
 		li := lockInfo(agg, nx)
-		return li.Held && li.Owner == "cron@host-7" && li.TTL > 20*time.Second
+		return li.Held && li.Owner == lock.ForeignOwner("cron@host-7") && li.TTL > 20*time.Second
 	})
 	if err := rdb.Del(ctx, nx).Err(); err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		t.Errorf("Lock(own) is tracked; want lockscope's own value skipped by the passive watch")
 	}
 	for _, e := range agg.Expirations(10) {
-		if e.Key == exp && (!e.Confirmed || e.Owner != "doomed") {
+		if e.Key == exp && (!e.Confirmed || e.Owner != lock.ForeignOwner("doomed")) {
 			t.Errorf("Expirations()[%q] = {Confirmed:%v Owner:%q}, want confirmed, owner doomed", exp, e.Confirmed, e.Owner)
 		}
 	}

@@ -147,7 +147,8 @@ type apiLockInfo struct {
 	Lease        string     `json:"lease,omitempty"`
 	Since        *time.Time `json:"since,omitempty"`
 	HeldFor      float64    `json:"held_for_seconds"`
-	TTL          float64    `json:"ttl_seconds"`
+	TTL          float64    `json:"ttl_seconds"` // -1: no expiry
+	NoExpiry     bool       `json:"no_expiry,omitempty"`
 	ExpiresAt    *time.Time `json:"expires_at,omitempty"`
 	Fence        int64      `json:"fence,omitempty"`
 	Waiters      int        `json:"waiters"`
@@ -164,15 +165,19 @@ type apiLockInfo struct {
 }
 
 func newAPILockInfo(l collector.LockInfo, now time.Time) apiLockInfo {
-	return apiLockInfo{
+	i := apiLockInfo{
 		Key: l.Key, KeyB64: b64IfInvalid(l.Key), Class: l.Class, Held: l.Held,
 		Owner: l.Owner, OwnerB64: b64IfInvalid(l.Owner), Lease: l.Lease,
 		Since: timeOrNil(l.Since), HeldFor: seconds(l.HeldFor(now)), TTL: seconds(l.TTL), ExpiresAt: timeOrNil(l.ExpiresAt),
-		Fence: l.Fence, Waiters: l.Waiters, Stuck: l.Stuck, Degraded: l.Degraded, Passive: l.Passive,
+		Fence: l.Fence, Waiters: l.Waiters, Stuck: l.Stuck, Degraded: l.Degraded, Passive: l.Passive, NoExpiry: l.NoExpiry(),
 		Acquisitions: l.Acquisitions, Contentions: l.Contentions, Failures: l.Failures,
 		WaitTotal: seconds(l.WaitTotal), HoldTotal: seconds(l.HoldTotal), LastEvent: timeOrNil(l.LastEvent),
 		Href: apiLockPath(l.Key),
 	}
+	if i.NoExpiry {
+		i.TTL = -1
+	}
+	return i
 }
 
 type apiLockPage struct {
@@ -246,14 +251,23 @@ type apiHolder struct {
 	OwnerB64    string     `json:"owner_b64,omitempty"`
 	Lease       string     `json:"lease,omitempty"`
 	Fence       int64      `json:"fence,omitempty"`
-	TTL         float64    `json:"ttl_seconds"`
+	TTL         float64    `json:"ttl_seconds"` // -1: no expiry
+	NoExpiry    bool       `json:"no_expiry,omitempty"`
 	Since       *time.Time `json:"since,omitempty"`
 	Fingerprint string     `json:"fingerprint"`
 	Foreign     bool       `json:"foreign,omitempty"`
 	Degraded    bool       `json:"degraded,omitempty"`
+	Value       *string    `json:"value,omitempty"` // a foreign lock's raw value: only with ?reveal=value, to operators
+	ValueB64    string     `json:"value_b64,omitempty"`
 }
 
 func newAPIHolder(h *lock.Holder) *apiHolder {
+	if h.TTL < 0 {
+		a := newAPIHolder(&lock.Holder{Key: h.Key, Owner: h.Owner, Lease: h.Lease, Fence: h.Fence, Since: h.Since,
+			Fingerprint: h.Fingerprint, Foreign: h.Foreign, Degraded: h.Degraded})
+		a.TTL, a.NoExpiry = -1, true
+		return a
+	}
 	return &apiHolder{
 		Owner: h.Owner, OwnerB64: b64IfInvalid(h.Owner), Lease: h.Lease, Fence: h.Fence, TTL: seconds(h.TTL),
 		Since: timeOrNil(h.Since), Fingerprint: h.Fingerprint, Foreign: h.Foreign, Degraded: h.Degraded,
@@ -292,6 +306,19 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusBadRequest, apiError{Error: "bad key in path"})
 		return
 	}
+	reveal := r.URL.Query().Get("reveal")
+	switch {
+	case reveal != "" && reveal != "value":
+		writeJSON(w, r, http.StatusBadRequest, apiError{Error: "reveal takes one value: reveal=value"})
+		return
+	case reveal != "" && s.readOnly():
+		writeJSON(w, r, http.StatusForbidden, apiError{Error: "read-only dashboard: lock values are shown to operators only, and none are configured"})
+		return
+	case reveal != "" && operatorFrom(r.Context()) == "":
+		s.challenge(w)
+		writeJSON(w, r, http.StatusUnauthorized, apiError{Error: "operator credentials required to reveal a lock's value"})
+		return
+	}
 	d, known := s.q.Lock(key)
 	h, ierr := s.inspect(r.Context(), key)
 	if !known && h == nil {
@@ -313,6 +340,13 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 	}
 	if h != nil {
 		v.Redis = newAPIHolder(h)
+		if v.Redis.Since == nil && d.Held && d.Owner == h.Owner && !d.Since.IsZero() {
+			v.Redis.Since = timeOrNil(d.Since) // a foreign value carries none: when the collector saw it taken
+		}
+		if reveal != "" && h.Foreign {
+			v.Redis.Value, v.Redis.ValueB64 = &h.Value, b64IfInvalid(h.Value)
+			s.log.Info("lockscope: lock value revealed", "by", operatorFrom(r.Context()), "key", key)
+		}
 	} else if ierr != nil {
 		v.RedisError = ierr.Error()
 	}

@@ -319,7 +319,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 	}
 	for _, l := range res.Locks {
 		row := lockRow{
-			Key: newKeyCell(l.Key), Class: classText(l.Class), Held: l.Held, Stuck: l.Stuck, Passive: l.Passive,
+			Key: newKeyCell(l.Key), Class: classText(l.Class), Held: l.Held, Stuck: l.Stuck, Passive: l.Passive, NoExpiry: l.NoExpiry(),
 			Waiters: fmtCount(l.Waiters), Acquisitions: fmtCount(l.Acquisitions), Contentions: fmtCount(l.Contentions),
 			WaitAvg: avg(l.WaitTotal, l.Acquisitions), HoldAvg: avg(l.HoldTotal, l.Acquisitions),
 			LastEvent: fmtAgo(now, l.LastEvent), HeldFor: "—",
@@ -415,6 +415,7 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 		v.Redis.Stuck = d.Stuck
 		v.Redis.Passive = d.Passive
 		v.Redis.Fingerprint = "" // shown on the confirmation, where it matters
+		sinceFromCollector(v.Redis, rh, d.LockInfo, now)
 	}
 	switch {
 	case d.Stuck:

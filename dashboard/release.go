@@ -111,7 +111,11 @@ func (s *server) confirm(w http.ResponseWriter, r *http.Request, key string, req
 	if d, ok := s.q.Lock(key); ok {
 		hv.Waiters = fmtCount(d.Waiters)
 		hv.Stuck = d.Stuck
+		sinceFromCollector(hv, h, d.LockInfo, now)
 	}
+	// The page is an operator's: a foreign lock's stored value (often the
+	// other library's secret token) is shown here and nowhere read-only.
+	hv.Value, _ = displayKey(h.Value)
 	p := s.page(r, "Force release", "keys")
 	p.Live = false
 	v := releaseView{

@@ -238,6 +238,7 @@ type lockRow struct {
 	Held         bool
 	Stuck        bool
 	Passive      bool
+	NoExpiry     bool
 	Owner        string
 	OwnerT       string
 	HeldFor      string
@@ -281,6 +282,8 @@ type holderView struct {
 	TTL         string
 	Fence       string
 	Fingerprint string
+	Value       string // a foreign lock's raw value: operators' pages only
+	NoExpiry    bool   // held without a TTL
 	Foreign     bool
 	Degraded    bool
 	Passive     bool
@@ -347,7 +350,9 @@ func (s *server) holderFromInfo(l collector.LockInfo, now time.Time) *holderView
 		h.SinceAgo = fmtAgo(now, l.Since)
 		h.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
 	}
-	if !l.ExpiresAt.IsZero() {
+	if l.NoExpiry() {
+		h.TTL, h.NoExpiry = "never expires", true
+	} else if !l.ExpiresAt.IsZero() {
 		h.TTL = fmtDuration(l.ExpiresAt.Sub(now).Truncate(time.Millisecond))
 		if l.ExpiresAt.Before(now) {
 			h.TTL = "expired " + fmtAgo(now, l.ExpiresAt)
@@ -363,6 +368,7 @@ func holderFromLock(h *lock.Holder, now time.Time) *holderView {
 		Lease:       h.Lease,
 		Fence:       fenceText(h.Fence),
 		TTL:         ttlText(h.TTL),
+		NoExpiry:    h.TTL < 0,
 		Fingerprint: h.Fingerprint,
 		Foreign:     h.Foreign,
 		Degraded:    h.Degraded,
@@ -376,9 +382,21 @@ func holderFromLock(h *lock.Holder, now time.Time) *holderView {
 	return v
 }
 
+// sinceFromCollector gives a holder read from Redis without an acquisition
+// time (a foreign lock: its value carries none) the time the collector saw
+// that same holder acquire it.
+func sinceFromCollector(v *holderView, h *lock.Holder, l collector.LockInfo, now time.Time) {
+	if v.Since != "" || !l.Held || l.Since.IsZero() || l.Owner != h.Owner {
+		return
+	}
+	v.Since = fmtClock(l.Since)
+	v.SinceAgo = fmtAgo(now, l.Since)
+	v.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
+}
+
 func ttlText(d time.Duration) string {
 	if d < 0 {
-		return "no expiry"
+		return "never expires"
 	}
 	return fmtDuration(d.Truncate(time.Millisecond))
 }

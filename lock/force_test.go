@@ -75,8 +75,8 @@ func TestForceRelease(t *testing.T) {
 		key := p + "redsync"
 		rdb.Set(ctx, key, "abc123token", 5*time.Second)
 		h, err := c.Inspect(ctx, key)
-		if err != nil || !h.Foreign || h.Owner != "abc123token" || h.Since != (time.Time{}) || h.Fingerprint != Fingerprint("abc123token") {
-			t.Fatalf("Inspect(foreign) = %+v, %v, want Foreign with the raw value as owner", h, err)
+		if err != nil || !h.Foreign || h.Owner != "foreign ce93b77e" || h.Value != "abc123token" || h.Since != (time.Time{}) || h.Fingerprint != Fingerprint("abc123token") {
+			t.Fatalf("Inspect(foreign) = %+v, %v, want Foreign named by its fingerprint, the raw value apart", h, err)
 		}
 		if _, err := c.ForceRelease(ctx, key, h.Fingerprint, "ops", "other library"); err != nil {
 			t.Errorf("ForceRelease(foreign) = %v", err)

@@ -2,7 +2,9 @@ package lock
 
 import (
 	"crypto/sha1"
+	"encoding/base64"
 	"encoding/hex"
+	"strings"
 	"time"
 )
 
@@ -13,8 +15,13 @@ type Holder struct {
 	TTL               time.Duration // remaining, from PTTL; -1 if the key has no expiry
 	Since             time.Time     // acquisition time (zero for foreign values)
 	Fingerprint       string        // hex sha1 of the stored value (what ForceRelease checks)
-	Foreign           bool          // value not written by lockscope (other library): Owner holds the raw value
+	Foreign           bool          // value not written by lockscope (other library): Owner is ForeignOwner(Value)
 	Degraded          bool          // a process-local lock taken while Redis was unreachable
+	// Value is the raw stored value of a foreign lock. Other libraries
+	// (redis-py, node-redlock, redsync, redislock) store a random token
+	// there that extends or releases the lock through their own API:
+	// it is a secret, shown only to operators who ask for it.
+	Value string
 }
 
 // newHolder builds a Holder from a raw value and its PTTL in milliseconds.
@@ -28,7 +35,7 @@ func newHolder(key, value string, pttl int64) *Holder {
 	if v, err := ParseValue(value); err == nil {
 		h.Owner, h.Lease, h.Fence, h.Since = v.Owner, v.Lease, v.Fence, v.Since
 	} else {
-		h.Owner, h.Foreign = value, true
+		h.Owner, h.Foreign, h.Value = ForeignOwner(value), true, value
 	}
 	return h
 }
@@ -38,4 +45,59 @@ func newHolder(key, value string, pttl int64) *Holder {
 func Fingerprint(value string) string {
 	sum := sha1.Sum([]byte(value))
 	return hex.EncodeToString(sum[:])
+}
+
+// ForeignOwner names the holder of a lock taken by another library without
+// revealing its value: the library when the value's shape tells it, and the
+// first 8 hex digits of the value's Fingerprint ("redsync 3f2a9c1b"). The
+// value itself is often the lock's secret token. The name is stable (one
+// holder, one name) and matches the fingerprint a forced release quotes.
+//
+// The library's own lease ids are no capability (a Lease cannot be made from
+// an id: release and refresh need the Lease the Obtain returned), so they are
+// shown as they are.
+func ForeignOwner(value string) string {
+	return foreignKind(value) + " " + Fingerprint(value)[:8]
+}
+
+// foreignKind recognises the token shapes of the common lock libraries.
+func foreignKind(v string) string {
+	switch {
+	case len(v) == 32 && isHex(v):
+		// redis-py (uuid1().hex) and node-redlock 5 (16 random bytes, hex)
+		return "redis-py/redlock"
+	case len(v) == 24 && strings.HasSuffix(v, "==") && decodes(base64.StdEncoding, v, 16):
+		return "redsync" // base64 of 16 random bytes
+	case len(v) >= 22 && decodes(base64.RawURLEncoding, v[:22], 16) && mixed(v[:22]):
+		return "redislock" // base64url of 16 random bytes, then the caller's metadata
+	}
+	return "foreign"
+}
+
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func decodes(enc *base64.Encoding, s string, n int) bool {
+	b, err := enc.DecodeString(s)
+	return err == nil && len(b) == n
+}
+
+// mixed reports whether s has an upper case letter, a lower case letter and a
+// digit, as random base64 of 16 bytes almost always has and words seldom do.
+func mixed(s string) bool {
+	var up, low, dig bool
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		up = up || 'A' <= c && c <= 'Z'
+		low = low || 'a' <= c && c <= 'z'
+		dig = dig || '0' <= c && c <= '9'
+	}
+	return up && low && dig
 }

@@ -121,3 +121,27 @@ func TestHostileKeys(t *testing.T) {
 		t.Errorf("events: %d acquired, %d released, want 10 each carrying the exact keys", len(a), len(r))
 	}
 }
+
+// Other libraries' lock values are their secret tokens: ForeignOwner names
+// the holder by library and fingerprint, never by the value.
+func TestForeignOwnerHidesTheToken(t *testing.T) {
+	for _, tc := range []struct{ value, kind string }{
+		{"5f0c6e1aa7e211ef9c2b0242ac120002", "redis-py/redlock"}, // redis-py uuid1().hex
+		{"9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4", "redis-py/redlock"}, // node-redlock randomBytes(16) hex
+		{"q1Jx0m8ZbQ7yC4wXr2T9Uw==", "redsync"},
+		{"Zk3vQ9bN2xT7Lp0sWm4RcA", "redislock"},
+		{"Zk3vQ9bN2xT7Lp0sWm4RcAjob=42", "redislock"}, // token + metadata
+		{"1", "foreign"},
+		{"inventoryworkerreplica", "foreign"}, // 22 base64url letters, but a word
+		{"worker-7 pid 4242", "foreign"},
+	} {
+		got := ForeignOwner(tc.value)
+		want := tc.kind + " " + Fingerprint(tc.value)[:8]
+		if got != want {
+			t.Errorf("ForeignOwner(%q) = %q, want %q", tc.value, got, want)
+		}
+		if len(tc.value) > 8 && strings.Contains(got, tc.value[:8]) {
+			t.Errorf("ForeignOwner(%q) = %q shows the value", tc.value, got)
+		}
+	}
+}

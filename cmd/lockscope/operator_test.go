@@ -75,7 +75,7 @@ func TestLocksAndInspect(t *testing.T) {
 	}
 	want := []holderJSON{
 		{Key: "invoice:42", Owner: "billing-batch/pod-1", Lease: invoice.Lease, Fence: invoice.Fence, Fingerprint: invoice.Fingerprint},
-		{Key: "job:sync", Owner: "redsync-token-123", Fingerprint: lock.Fingerprint("redsync-token-123"), Foreign: true},
+		{Key: "job:sync", Owner: lock.ForeignOwner("redsync-token-123"), Fingerprint: lock.Fingerprint("redsync-token-123"), Foreign: true},
 		{Key: strings.ToValidUTF8(odd, "\uFFFD"), KeyB64: base64.StdEncoding.EncodeToString([]byte(odd)), Owner: "editor/alice",
 			Lease: oddH.Lease, Fence: oddH.Fence, Fingerprint: oddH.Fingerprint},
 	}

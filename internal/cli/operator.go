@@ -36,7 +36,9 @@ type holderJSON struct {
 	HeldFor     float64    `json:"held_for_seconds,omitempty"`
 	TTLSeconds  float64    `json:"ttl_seconds"` // -1: no expiry
 	Fingerprint string     `json:"fingerprint"`
-	Foreign     bool       `json:"foreign,omitempty"` // written by another library; owner is the raw value
+	Foreign     bool       `json:"foreign,omitempty"` // written by another library; owner is its library and value fingerprint
+	Value       *string    `json:"value,omitempty"`   // a foreign lock's raw value (its secret token): inspect --reveal only
+	ValueB64    string     `json:"value_b64,omitempty"`
 	Waiters     *int       `json:"waiters,omitempty"` // callers waiting for it now (absent: the stream could not be read)
 }
 
@@ -86,7 +88,7 @@ func displayKey(k string, max int) string {
 
 func formatTTL(d time.Duration) string {
 	if d < 0 {
-		return "no expiry"
+		return "NO EXPIRY"
 	}
 	return d.Round(time.Millisecond).String()
 }
@@ -107,16 +109,21 @@ func locksCommand() *command {
 glob (default "*"), and shows each lock's holder: owner, how long it has been
 held, the TTL left, the fencing token and the fingerprint that 'release
 --fingerprint' takes. Locks taken by other libraries are listed as foreign,
-with their raw value as owner, when they have a TTL; keys without one are not
-locks and are skipped. lockscope's own fence counters are skipped.`,
+named by their library and value fingerprint (their value is that library's
+secret token: 'inspect --reveal' prints it), when they have a TTL. A key
+without one is a plain value or a lock that never expires (a redis-py Lock
+without timeout, the most dangerous kind): --no-ttl lists those too, marked
+NO EXPIRY; otherwise their count is printed. lockscope's own keys (fence
+counters, the stream's checkpoint and replica records) are skipped.`,
 		define: func(f *flagSet) func(context.Context, *Env, []string) error {
 			f.maxArgs = 1
 			var rc redisConfig
 			rc.defineConn(f)
 			rc.defineStream(f, "Redis stream the lock library writes its events to (read for the callers waiting now)")
-			var asJSON bool
+			var asJSON, noTTL bool
 			var limit int
 			f.Bool(&asJSON, "json", "LOCKSCOPE_JSON", false, "print JSON (one array) instead of a table")
+			f.Bool(&noTTL, "no-ttl", "LOCKSCOPE_LOCKS_NO_TTL", false, "also list other libraries' keys without a TTL, as locks that never expire")
 			f.Int(&limit, "limit", "LOCKSCOPE_LOCKS_LIMIT", 1000, "show at most this many locks (0: no limit)")
 			return func(ctx context.Context, env *Env, args []string) error {
 				pattern := "*"
@@ -128,9 +135,13 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 					return err
 				}
 				defer rdb.Close()
-				holders, truncated, err := listLocks(ctx, rdb, pattern, limit)
+				found, err := listLocks(ctx, rdb, pattern, limit, rc.stream, noTTL)
 				if err != nil {
 					return err
+				}
+				holders, truncated := found.holders, found.truncated
+				if found.noTTL > 0 {
+					fmt.Fprintf(env.Stderr, "%d matching keys of other libraries have no TTL and are not listed: plain values, or locks that never expire (--no-ttl lists them)\n", found.noTTL)
 				}
 				now := time.Now()
 				waiting, werr := liveWaiters(ctx, rdb, rc.stream, rc.partitions, now)
@@ -157,6 +168,7 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 				}
 				tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "KEY\tOWNER\tHELD\tTTL\tWAITING\tFENCE\tFINGERPRINT")
+				never := 0
 				for _, h := range holders {
 					owner := displayKey(h.Owner, 60)
 					if h.Foreign {
@@ -166,6 +178,9 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 					if h.Fence > 0 {
 						fence = strconv.FormatInt(h.Fence, 10)
 					}
+					if h.TTL < 0 {
+						never++
+					}
 					wait := "?"
 					if werr == nil {
 						wait = strconv.Itoa(waiting[h.Key])
@@ -174,6 +189,9 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 						formatHeld(h, now), formatTTL(h.TTL), wait, fence, h.Fingerprint[:12])
 				}
 				tw.Flush()
+				if never > 0 {
+					fmt.Fprintf(env.Stderr, "warning: %d listed locks never expire (TTL NO EXPIRY): if their holder dies they stay held until released by hand\n", never)
+				}
 				if truncated {
 					fmt.Fprintf(env.Stderr, "(more than %d locks match; showing the first %d: narrow the pattern or raise --limit)\n", limit, limit)
 				}
@@ -183,20 +201,31 @@ locks and are skipped. lockscope's own fence counters are skipped.`,
 	}
 }
 
+// lockList is what listLocks found.
+type lockList struct {
+	holders   []*lock.Holder
+	truncated bool // limit reached
+	noTTL     int  // foreign keys without a TTL left out
+}
+
 // listLocks finds the lock holders among the string keys matching pattern,
-// sorted by key. Inspections run a few at a time: each is one script call.
-func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int) ([]*lock.Holder, bool, error) {
+// sorted by key, leaving out lockscope's own keys (fence counters, and the
+// string keys under stream: checkpoint, replica records). Foreign keys without
+// a TTL are listed when noTTL, else counted. Inspections run a few at a time:
+// each is one script call.
+func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int, stream string, noTTL bool) (lockList, error) {
 	lc := lock.New(rdb, nil)
 	var (
 		mu        sync.Mutex
 		holders   []*lock.Holder
 		firstErr  error
+		skipped   int
 		wg        sync.WaitGroup
 		sem       = make(chan struct{}, 8)
 		truncated bool
 	)
 	scanErr := scanStrings(ctx, rdb, pattern, func(key string) bool {
-		if strings.HasPrefix(key, lock.FencePrefix) {
+		if strings.HasPrefix(key, lock.FencePrefix) || key == stream || strings.HasPrefix(key, stream+":") {
 			return true
 		}
 		sem <- struct{}{}
@@ -211,8 +240,9 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 				if firstErr == nil {
 					firstErr = fmt.Errorf("inspect %s: %w", displayKey(key, 80), err)
 				}
-			case h.Foreign && h.TTL < 0:
-				// No TTL: a plain value, not somebody's lock.
+			case h.Foreign && h.TTL < 0 && !noTTL:
+				// No TTL: a plain value, unless the user says such keys are locks.
+				skipped++
 			default:
 				holders = append(holders, h)
 			}
@@ -227,16 +257,16 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 	})
 	wg.Wait()
 	if scanErr != nil {
-		return nil, false, fmt.Errorf("scan: %w", scanErr)
+		return lockList{}, fmt.Errorf("scan: %w", scanErr)
 	}
 	if firstErr != nil {
-		return nil, false, firstErr
+		return lockList{}, firstErr
 	}
 	slices.SortFunc(holders, func(a, b *lock.Holder) int { return strings.Compare(a.Key, b.Key) })
 	if limit > 0 && len(holders) > limit {
 		holders, truncated = holders[:limit], true
 	}
-	return holders, truncated, nil
+	return lockList{holders: holders, truncated: truncated, noTTL: skipped}, nil
 }
 
 // waitersScan bounds how many of the newest events liveWaiters reads per
@@ -335,13 +365,19 @@ func inspectCommand() *command {
 		long: `Inspect reads one lock key from Redis in one step and shows its holder: owner,
 lease id, fencing token, when it was taken, the TTL left and the fingerprint of
 the stored value. Pass that fingerprint to 'lockscope release --fingerprint' to
-release exactly the holder you saw. Exit status 1 if the key is not held.`,
+release exactly the holder you saw. Exit status 1 if the key is not held.
+
+A lock taken by another library (redis-py, node-redlock, redsync, redislock)
+is named by its library and the first 8 digits of its value's fingerprint:
+its value is that library's secret token (whoever knows it can extend or
+release the lock), printed only with --reveal.`,
 		define: func(f *flagSet) func(context.Context, *Env, []string) error {
 			f.minArgs, f.maxArgs = 1, 1
 			var rc redisConfig
 			rc.defineConn(f)
-			var asJSON bool
+			var asJSON, reveal bool
 			f.Bool(&asJSON, "json", "LOCKSCOPE_JSON", false, "print JSON instead of text")
+			f.Bool(&reveal, "reveal", "LOCKSCOPE_REVEAL", false, "also print a foreign lock's raw value (another library's secret token)")
 			return func(ctx context.Context, env *Env, args []string) error {
 				rdb, err := rc.connect(ctx)
 				if err != nil {
@@ -360,9 +396,16 @@ release exactly the holder you saw. Exit status 1 if the key is not held.`,
 				if asJSON {
 					enc := json.NewEncoder(env.Stdout)
 					enc.SetIndent("", "  ")
-					return enc.Encode(toJSON(h, now))
+					j := toJSON(h, now)
+					if reveal && h.Foreign {
+						j.Value, j.ValueB64 = &h.Value, b64IfInvalid(h.Value)
+					}
+					return enc.Encode(j)
 				}
 				printHolder(env.Stdout, h, now)
+				if reveal && h.Foreign {
+					fmt.Fprintf(env.Stdout, "value:        %s\n", displayKey(h.Value, 0))
+				}
 				return nil
 			}
 		},
@@ -373,7 +416,7 @@ func printHolder(w io.Writer, h *lock.Holder, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "key:\t%s\n", displayKey(h.Key, 0))
 	if h.Foreign {
-		fmt.Fprintf(tw, "holder:\t(foreign value) %s\n", displayKey(h.Owner, 0))
+		fmt.Fprintf(tw, "holder:\t(foreign) %s\n", displayKey(h.Owner, 0))
 	} else {
 		fmt.Fprintf(tw, "holder:\t%s\n", displayKey(h.Owner, 0))
 		fmt.Fprintf(tw, "lease:\t%s\n", h.Lease)

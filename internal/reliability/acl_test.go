@@ -315,7 +315,7 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 
 	passive := func(key, owner string) bool {
 		l, ok := agg.Lock(key)
-		return ok && l.Held && l.Passive && l.Owner == owner && l.TTL > 0 && l.TTL <= time.Minute
+		return ok && l.Held && l.Passive && l.Owner == lock.ForeignOwner(owner) && l.TTL > 0 && l.TTL <= time.Minute
 	}
 	var problems []string
 	deadline := time.Now().Add(4 * time.Second)

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+)
+
+// Other libraries store a random token as the lock's value, and whoever knows
+// it can extend or release the lock with that library's API. The read-only
+// dashboard, the open API and /metrics name such a holder by library and
+// fingerprint; the value is shown only to an operator who asks for it.
+func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_OPERATOR_TOKEN=s3cret"},
+		"serve", "--watch", "py:*,rs:*", "--watch-no-ttl")
+	eventually(t, 15*time.Second, func() string {
+		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+		}
+		return ""
+	})
+
+	// redis-py's Lock.acquire and redsync's Mutex.Lock, command for command.
+	locks := map[string]struct{ token, owner string }{
+		"py:invoice-7": {"5f0c6e1aa7e211ef9c2b0242ac120002", "redis-py/redlock " + lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002")[:8]},
+		"rs:cart-42":   {"q1Jx0m8ZbQ7yC4wXr2T9Uw==", "redsync " + lock.Fingerprint("q1Jx0m8ZbQ7yC4wXr2T9Uw==")[:8]},
+	}
+	for key, l := range locks {
+		if err := rdb.SetNX(ctx, key, l.token, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for key, l := range locks {
+		eventually(t, 10*time.Second, func() string {
+			_, body, err := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
+			var v struct {
+				Held  bool   `json:"held"`
+				Owner string `json:"owner"`
+				Redis *struct {
+					Owner string     `json:"owner"`
+					Since *time.Time `json:"since"`
+				} `json:"redis_holder"`
+			}
+			if err != nil || json.Unmarshal([]byte(body), &v) != nil {
+				return fmt.Sprintf("GET /api/v1/locks/%s: %v %s", key, err, body)
+			}
+			if !v.Held || v.Owner != l.owner || v.Redis == nil || v.Redis.Owner != l.owner || v.Redis.Since == nil {
+				return fmt.Sprintf("GET /api/v1/locks/%s = %s; want held by %q with its since", key, body, l.owner)
+			}
+			return ""
+		})
+	}
+
+	anonymous := []string{"/", "/keys", "/blocking", "/metrics", "/api/v1/overview", "/api/v1/hotkeys", "/api/v1/locks", "/api/v1/blocking"}
+	for key := range locks {
+		anonymous = append(anonymous, "/keys/"+url.PathEscape(key), "/api/v1/locks/"+url.PathEscape(key))
+	}
+	for _, path := range anonymous {
+		code, body, err := get(ctx, base+path)
+		if err != nil || code != 200 {
+			t.Fatalf("GET %s = %d, %v", path, code, err)
+		}
+		for key, l := range locks {
+			if strings.Contains(body, l.token) {
+				t.Errorf("GET %s shows %s's token %q to anyone", path, key, l.token)
+			}
+		}
+	}
+	_, page, _ := get(ctx, base+"/keys/py:invoice-7")
+	if !strings.Contains(page, locks["py:invoice-7"].owner) {
+		t.Errorf("key page does not name the holder %q", locks["py:invoice-7"].owner)
+	}
+
+	// Asking for the value: anonymous is refused, an operator gets it.
+	do := func(path, token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	reveal := "/api/v1/locks/" + url.PathEscape("py:invoice-7") + "?reveal=value"
+	if code, body := do(reveal, ""); code != http.StatusUnauthorized || strings.Contains(body, locks["py:invoice-7"].token) {
+		t.Errorf("anonymous reveal = %d %s, want 401 without the value", code, body)
+	}
+	if code, body := do(reveal, "wrong"); code != http.StatusUnauthorized || strings.Contains(body, locks["py:invoice-7"].token) {
+		t.Errorf("reveal with a wrong token = %d %s, want 401 without the value", code, body)
+	}
+	if code, body := do(reveal, "s3cret"); code != 200 || !strings.Contains(body, `"value":"`+locks["py:invoice-7"].token+`"`) {
+		t.Errorf("operator reveal = %d %s, want 200 with the value", code, body)
+	}
+	if code, body := do("/keys/"+url.PathEscape("rs:cart-42")+"/release", "s3cret"); code != 200 || !strings.Contains(body, locks["rs:cart-42"].token) {
+		t.Errorf("release confirmation for an operator = %d, want 200 showing the stored value", code)
+	}
+
+	// The CLI names the holder the same way; --reveal prints the value.
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}
+	out, errOut, code := lockscope(t, env, "", "inspect", "py:invoice-7")
+	if code != 0 || strings.Contains(out, locks["py:invoice-7"].token) || !strings.Contains(out, locks["py:invoice-7"].owner) {
+		t.Errorf("inspect = %d\n%s%s\nwant the holder named %q and no token", code, out, errOut, locks["py:invoice-7"].owner)
+	}
+	out, _, code = lockscope(t, env, "", "inspect", "--reveal", "py:invoice-7")
+	if code != 0 || !strings.Contains(out, locks["py:invoice-7"].token) {
+		t.Errorf("inspect --reveal = %d\n%s\nwant the token", code, out)
+	}
+	out, _, code = lockscope(t, env, "", "locks", "--json")
+	if code != 0 || strings.Contains(out, locks["py:invoice-7"].token) || strings.Contains(out, locks["rs:cart-42"].token) {
+		t.Errorf("locks --json = %d\n%s\nwant no token", code, out)
+	}
+}
+
+// A redis-py Lock without timeout has no TTL: if its holder dies, it stays
+// held forever. Told that such keys are locks (--watch-no-ttl, --no-ttl),
+// every view lists it with a warning; otherwise `locks` says how many it
+// left out.
+func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr}, "serve", "--watch", "py:*", "--watch-no-ttl")
+	const key, token = "py:nightly-report", "0d9f7c3e5b2a41e8a6c4b2d0e8f6a4c2"
+	if err := rdb.SetNX(ctx, key, token, 0).Err(); err != nil { // redis-py Lock(timeout=None).acquire()
+		t.Fatal(err)
+	}
+	eventually(t, 15*time.Second, func() string {
+		_, body, err := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
+		var v struct {
+			Held     bool    `json:"held"`
+			TTL      float64 `json:"ttl_seconds"`
+			NoExpiry bool    `json:"no_expiry"`
+			Redis    *struct {
+				TTL      float64 `json:"ttl_seconds"`
+				NoExpiry bool    `json:"no_expiry"`
+			} `json:"redis_holder"`
+		}
+		if err != nil || json.Unmarshal([]byte(body), &v) != nil {
+			return fmt.Sprintf("GET /api/v1/locks/%s: %v %s", key, err, body)
+		}
+		if !v.Held || v.TTL != -1 || !v.NoExpiry || v.Redis == nil || v.Redis.TTL != -1 || !v.Redis.NoExpiry {
+			return fmt.Sprintf("GET /api/v1/locks/%s = %s; want held, ttl_seconds -1 and no_expiry in both views", key, body)
+		}
+		return ""
+	})
+	for _, path := range []string{"/keys", "/keys/" + url.PathEscape(key)} {
+		_, body, err := get(ctx, base+path)
+		if err != nil || !strings.Contains(body, `data-testid="no-expiry"`) {
+			t.Errorf("GET %s has no \"no expiry\" warning (err %v)", path, err)
+		}
+	}
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}
+	out, errOut, code := lockscope(t, env, "", "locks", "--no-ttl", "py:*")
+	if code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "NO EXPIRY") || !strings.Contains(errOut, "1 listed locks never expire") {
+		t.Errorf("locks --no-ttl = %d\n%s%s\nwant %s listed with NO EXPIRY and a warning", code, out, errOut, key)
+	}
+	out, errOut, code = lockscope(t, env, "", "locks", "py:*")
+	if code != 0 || strings.Contains(out, key) || !strings.Contains(errOut, "1 matching keys of other libraries have no TTL") {
+		t.Errorf("locks = %d\n%s%s\nwant %s left out and counted", code, out, errOut, key)
+	}
+}
