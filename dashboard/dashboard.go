@@ -81,9 +81,19 @@ type Options struct {
 	RequireAuthForRead bool
 	// Metrics, if set, is served at /metrics without credentials.
 	Metrics http.Handler
+	// AllowedHosts are the names a request's Host header may carry
+	// ("locks.example.com", "*.example.com" for its subdomains, "*" for
+	// any); other names are refused with 421, so a DNS-rebinding page
+	// cannot read the dashboard through the victim's browser. IP literals
+	// are always allowed: rebinding needs a name. Empty: no check (the
+	// binary always sets it; see DefaultAllowedHosts).
+	AllowedHosts []string
 	// TrustedOrigins are origins ("https://locks.example.com") allowed to POST
 	// besides the request's own host, for reverse proxies that rewrite Host.
 	TrustedOrigins []string
+	// AuthFailures, if set, is called once per failed authentication
+	// (lockscope_auth_failures_total).
+	AuthFailures func()
 	// Logger receives the audit log of forced releases; nil means slog.Default().
 	Logger *slog.Logger
 	// Now is the clock for "held for" and "ago"; nil means time.Now.
@@ -102,8 +112,10 @@ type server struct {
 	q   collector.Querier
 	rel Releaser
 	opt Options
-	log *slog.Logger
-	now func() time.Time
+	log   *slog.Logger
+	now   func() time.Time
+	hosts *hostCheck
+	auth  *authLimiter
 }
 
 // New returns the dashboard's handler. rel may be nil: the dashboard is then
@@ -148,7 +160,13 @@ func New(q collector.Querier, rel Releaser, opt *Options) (http.Handler, error) 
 	}
 	cop.SetDenyHandler(http.HandlerFunc(s.crossOriginDenied))
 
-	return s.secure(cop.Handler(s.routes())), nil
+	s.auth = newAuthLimiter(s.now, s.log, s.opt.AuthFailures)
+	hosts, err := newHostCheck(s.opt.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	s.hosts = hosts
+	return s.secure(s.checkHost(cop.Handler(s.routes()))), nil
 }
 
 // readOnly reports whether releases are impossible by configuration.

@@ -85,6 +85,17 @@ func (s *server) authenticate(r *http.Request) (authResult, string) {
 	return authBad, ""
 }
 
+// triedUser is the user name a failed request offered, for the log.
+func triedUser(r *http.Request) string {
+	if user, _, ok := r.BasicAuth(); ok {
+		return user
+	}
+	if strings.HasPrefix(r.Header.Get("Authorization"), "Bearer ") {
+		return "(bearer token)"
+	}
+	return "(unknown scheme)"
+}
+
 // secretEqual compares in constant time. Hashing first makes the time
 // independent of the lengths too, which subtle.ConstantTimeCompare is not.
 func secretEqual(got, want string) bool {
@@ -125,7 +136,16 @@ func (s *server) guard(h http.HandlerFunc, write, api bool) http.Handler {
 			s.fail(w, r, api, http.StatusForbidden, "read-only dashboard: no operator credentials are configured, releases are disabled")
 			return
 		}
+		if r.Header.Get("Authorization") != "" {
+			if left, ok := s.auth.blocked(source(r)); ok {
+				s.tooMany(w, r, api, left)
+				return
+			}
+		}
 		res, who := s.authenticate(r)
+		if res == authBad {
+			s.auth.failed(source(r), triedUser(r), r.URL.Path)
+		}
 		need := write || s.opt.RequireAuthForRead
 		switch {
 		case res == authGood:

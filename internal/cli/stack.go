@@ -69,10 +69,12 @@ func (c *collectorConfig) aggregatorConfig() (collector.Config, error) {
 type dashboardConfig struct {
 	requireAuthForRead bool
 	trustedOrigins     []string
+	allowedHosts       []string
 }
 
 func (c *dashboardConfig) define(f *flagSet) {
 	f.Bool(&c.requireAuthForRead, "require-auth-for-read", "LOCKSCOPE_REQUIRE_AUTH_FOR_READ", false, "pages and the GET API need operator credentials too (default: reading is open)")
+	f.List(&c.allowedHosts, "allowed-host", "LOCKSCOPE_ALLOWED_HOSTS", nil, "host names the dashboard answers to (name, *.domain, or * for any); others get 421, against DNS rebinding; IP addresses always pass (default: localhost, the listen host if a name, this machine's name when listening on every interface)")
 	f.List(&c.trustedOrigins, "trusted-origin", "LOCKSCOPE_TRUSTED_ORIGINS", nil, "origins (https://locks.example.com) allowed to POST besides the request's own host, for reverse proxies")
 }
 
@@ -121,6 +123,9 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	if err := agg.Register(reg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
+	authFailures := prometheus.NewCounter(prometheus.CounterOpts{Name: "lockscope_auth_failures_total",
+		Help: "Requests to the dashboard or API with wrong operator credentials."})
+	reg.MustRegister(authFailures)
 	replica := cfg.collector.replica
 	if replica == "" && cfg.collector.group == "" {
 		replica = defaultReplica(cfg.http.listen)
@@ -154,6 +159,10 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	}
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Partitions: cfg.partitions, Owner: "lockscope-dashboard", Logger: log})
 	rel := lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em})
+	allowedHosts := cfg.dashboard.allowedHosts
+	if len(allowedHosts) == 0 {
+		allowedHosts = dashboard.DefaultAllowedHosts(cfg.http.listen)
+	}
 	h, err := dashboard.New(agg, rel, &dashboard.Options{
 		Username:           user,
 		Password:           cfg.http.password,
@@ -161,6 +170,8 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		TokenOperator:      tokenOperator,
 		RequireAuthForRead: cfg.dashboard.requireAuthForRead,
 		TrustedOrigins:     cfg.dashboard.trustedOrigins,
+		AllowedHosts:       allowedHosts,
+		AuthFailures:       authFailures.Inc,
 		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}),
 		Logger:             log,
 	})
