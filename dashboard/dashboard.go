@@ -109,9 +109,9 @@ const MaxReason = 500
 
 // server holds what handlers share.
 type server struct {
-	q   collector.Querier
-	rel Releaser
-	opt Options
+	q     collector.Querier
+	rel   Releaser
+	opt   Options
 	log   *slog.Logger
 	now   func() time.Time
 	hosts *hostCheck
