@@ -7,6 +7,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,11 @@ import (
 // releaseTimeout bounds the Redis work of one release request.
 const releaseTimeout = 5 * time.Second
 
+// fingerprintRE is a holder's fingerprint: hex sha1 of its value, then for a
+// value that cannot tell holder from successor "@" and its expiry (unix ms),
+// or "@any" when the operator accepts that it cannot be told.
+var fingerprintRE = regexp.MustCompile(`^[0-9a-fA-F]{1,128}(@(-?[0-9]{1,20}|any))?$`)
+
 // releaseRequest is what a release POST carries (form or JSON).
 type releaseRequest struct {
 	Fingerprint string `json:"fingerprint"`
@@ -35,8 +41,8 @@ func (q *releaseRequest) validate() error {
 	switch {
 	case q.Fingerprint == "":
 		return errors.New("fingerprint is required: release what you saw")
-	case len(q.Fingerprint) > 128 || strings.Trim(q.Fingerprint, "0123456789abcdefABCDEF") != "":
-		return errors.New("fingerprint must be the hex fingerprint shown with the holder")
+	case !fingerprintRE.MatchString(q.Fingerprint):
+		return errors.New("fingerprint must be the fingerprint shown with the holder (hex, with its @expiry if it has one)")
 	case q.Reason == "":
 		return errors.New("a reason is required")
 	case len(q.Reason) > MaxReason:
@@ -78,6 +84,8 @@ func (s *server) forceRelease(ctx context.Context, key, operator string, req rel
 			cur, _ = s.inspect(ctx, key)
 		}
 		return releaseOutcome{status: http.StatusConflict, kind: "owner-changed", current: cur, err: err}
+	case errors.Is(err, lock.ErrAmbiguous):
+		return releaseOutcome{status: http.StatusConflict, kind: "ambiguous", current: prev, err: err}
 	case errors.Is(err, lock.ErrNotHeld):
 		return releaseOutcome{status: http.StatusNotFound, kind: "not-held", err: err}
 	default:
@@ -123,6 +131,8 @@ func (s *server) confirm(w http.ResponseWriter, r *http.Request, key string, req
 		Key:         newKeyCell(key),
 		Holder:      *hv,
 		Fingerprint: h.Fingerprint,
+		Ambiguous:   h.Ambiguous,
+		NeedAccept:  h.Ambiguous && !strings.Contains(h.Fingerprint, "@"),
 		Action:      releasePath(key),
 		Reason:      req.Reason,
 		Error:       formErr,
@@ -145,6 +155,9 @@ func (s *server) releasePage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := releaseRequest{Fingerprint: r.PostForm.Get("fingerprint"), Reason: r.PostForm.Get("reason")}
+	if r.PostForm.Get("accept_ambiguous") == "yes" && !strings.Contains(req.Fingerprint, "@") {
+		req.Fingerprint += "@any"
+	}
 	if err := req.validate(); err != nil {
 		// Show the confirmation again, with what the operator typed.
 		s.confirm(w, r, key, req, err.Error(), http.StatusUnprocessableEntity)
@@ -172,6 +185,10 @@ func (s *server) releasePage(w http.ResponseWriter, r *http.Request) {
 			v.Current = holderFromLock(out.current, now)
 			v.RetryHref = releasePath(key)
 		}
+	case "ambiguous":
+		v.Heading = "Cannot tell this holder from a successor — nothing touched"
+		v.Message = "The lock's value is a constant that a newer holder would write alike, and the key has no expiry to tell them apart. Confirm again and tick that you accept releasing whoever holds it now."
+		v.RetryHref = releasePath(key)
 	case "not-held":
 		v.Heading = "Not held — nothing to release"
 		v.Message = "The lock was released or expired before you confirmed."
@@ -232,6 +249,8 @@ func (s *server) apiRelease(w http.ResponseWriter, r *http.Request) {
 			res.Current = newAPIHolder(out.current)
 		}
 		writeJSON(w, r, http.StatusConflict, res)
+	case "ambiguous":
+		writeJSON(w, r, http.StatusConflict, apiError{Error: "the holder's value is a constant that a successor would write alike and the key has no expiry to tell them apart: nothing released; send the fingerprint followed by \"@any\" to release whoever holds it"})
 	case "not-held":
 		writeJSON(w, r, http.StatusNotFound, apiError{Error: "lock not held, nothing released"})
 	default:

@@ -305,6 +305,8 @@ type releaseView struct {
 	Key         keyCell
 	Holder      holderView
 	Fingerprint string
+	Ambiguous   bool // the value cannot tell holder from successor
+	NeedAccept  bool // ...nor can an expiry: the operator must accept releasing whoever holds it
 	Action      string
 	Reason      string
 	Error       string

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -85,11 +86,15 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Holder, error) {
 		}
 		return nil, err
 	}
-	v, pttl, err := valuePTTL(res)
+	if len(res) != 3 {
+		return nil, errors.New("lock: unexpected reply from inspect script")
+	}
+	v, pttl, err := valuePTTL(res[:2])
 	if err != nil {
 		return nil, err
 	}
-	return newHolder(key, v, pttl), nil
+	at, _ := res[2].(int64)
+	return newHolder(key, v, pttl, at), nil
 }
 
 // ForceRelease deletes key only if its value still has the given
@@ -98,7 +103,25 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Holder, error) {
 // value it returns that holder and ErrOwnerChanged and touches nothing; if
 // the key does not exist, ErrNotHeld. A successful release is recorded as an
 // event.Forced with the previous holder as Owner and the operator as By.
+//
+// A holder whose value cannot tell it from a successor (Holder.Ambiguous: a
+// constant such as "1") has Holder.Fingerprint "<sha1>@<expiry>" when the key
+// has a TTL: a renewal or a successor moves the expiry, so the release is
+// refused (ErrOwnerChanged) rather than hitting a newer holder. Without a TTL
+// (or before Redis 7, which lacks PEXPIRETIME) nothing tells them apart: a
+// plain fingerprint of such a value returns ErrAmbiguous (so does one
+// without the "@<expiry>" shown) and changes nothing; "<sha1>@any" releases
+// whoever holds that value.
 func (c *Client) ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*Holder, error) {
+	if !strings.Contains(fingerprint, "@") {
+		h, err := c.Inspect(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if h.Ambiguous && strings.HasPrefix(h.Fingerprint, fingerprint) {
+			return h, ErrAmbiguous
+		}
+	}
 	res, err := c.batch.run(ctx, forceScript, []string{key}, fingerprint).Slice()
 	if err != nil {
 		if errors.Is(err, redis.Nil) {
@@ -106,14 +129,15 @@ func (c *Client) ForceRelease(ctx context.Context, key, fingerprint, by, reason 
 		}
 		return nil, err
 	}
-	if len(res) != 3 {
+	if len(res) != 4 {
 		return nil, errors.New("lock: unexpected reply from force script")
 	}
-	v, pttl, err := valuePTTL(res[1:])
+	v, pttl, err := valuePTTL(res[1:3])
 	if err != nil {
 		return nil, err
 	}
-	h := newHolder(key, v, pttl)
+	at, _ := res[3].(int64)
+	h := newHolder(key, v, pttl, at)
 	if n, _ := res[0].(int64); n != 1 {
 		return h, ErrOwnerChanged
 	}

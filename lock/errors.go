@@ -22,6 +22,11 @@ var (
 	// ErrOwnerChanged: ForceRelease was given the fingerprint of a value the key
 	// no longer holds; nothing was changed.
 	ErrOwnerChanged = errors.New("lock: owner changed")
+	// ErrAmbiguous: ForceRelease was asked to release a holder whose value
+	// cannot tell it from a successor that wrote the same value (a constant
+	// such as "1", without an expiry to tell them apart either); nothing
+	// was changed. Quote Fingerprint+"@any" to release whoever holds it.
+	ErrAmbiguous = errors.New("lock: holder cannot be told apart from a successor with the same value")
 )
 
 // NotObtainedError is the error Obtain, Try and Do return when the lock was

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,9 +74,10 @@ func TestForceRelease(t *testing.T) {
 
 	t.Run("foreign value", func(t *testing.T) {
 		key := p + "redsync"
-		rdb.Set(ctx, key, "abc123token", 5*time.Second)
+		const tok = "abc123token-7f3e9d2c"
+		rdb.Set(ctx, key, tok, 5*time.Second)
 		h, err := c.Inspect(ctx, key)
-		if err != nil || !h.Foreign || h.Owner != "foreign ce93b77e" || h.Value != "abc123token" || h.Since != (time.Time{}) || h.Fingerprint != Fingerprint("abc123token") {
+		if err != nil || !h.Foreign || h.Ambiguous || h.Owner != "foreign "+Fingerprint(tok)[:8] || h.Value != tok || h.Since != (time.Time{}) || h.Fingerprint != Fingerprint(tok) {
 			t.Fatalf("Inspect(foreign) = %+v, %v, want Foreign named by its fingerprint, the raw value apart", h, err)
 		}
 		if _, err := c.ForceRelease(ctx, key, h.Fingerprint, "ops", "other library"); err != nil {
@@ -98,6 +100,86 @@ func TestForceRelease(t *testing.T) {
 		t.Logf("lease saw the forced release after %v", time.Since(start))
 		if !errors.Is(l.Err(), ErrLost) {
 			t.Errorf("Err() = %v, want ErrLost", l.Err())
+		}
+	})
+}
+
+// A foreign lock whose value is a constant (SETNX "1" style) cannot be told
+// from its successor by value. With a TTL the key's absolute expiry tells
+// them apart: a release quoting what the operator saw never removes a newer
+// holder that wrote the same value. Without one, the release is refused
+// unless the operator accepts the risk ("@any").
+func TestForceReleaseOfConstantValues(t *testing.T) {
+	c, rdb, _, p := newClient(t, "holder")
+	ctx := context.Background()
+
+	t.Run("successor with the same value and a TTL is not released", func(t *testing.T) {
+		key := p + "cron"
+		rdb.SetNX(ctx, key, "1", 10*time.Second)
+		seen, err := c.Inspect(ctx, key)
+		if err != nil || !seen.Ambiguous || !strings.HasPrefix(seen.Fingerprint, Fingerprint("1")+"@") {
+			t.Fatalf("Inspect = %+v, %v; want ambiguous, fingerprint with the expiry", seen, err)
+		}
+		// The holder dies, its lock expires, a successor takes it with the same value.
+		time.Sleep(5 * time.Millisecond)
+		rdb.Del(ctx, key)
+		rdb.SetNX(ctx, key, "1", 10*time.Second)
+		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "stale view")
+		if !errors.Is(err, ErrOwnerChanged) || h == nil || h.Fingerprint == seen.Fingerprint {
+			t.Errorf("ForceRelease(stale) = %+v, %v; want ErrOwnerChanged with the new holder", h, err)
+		}
+		if n, _ := rdb.Exists(ctx, key).Result(); n != 1 {
+			t.Fatal("the successor's lock was removed")
+		}
+		// Quoting what is there now releases it.
+		if _, err := c.ForceRelease(ctx, key, h.Fingerprint, "ops", "fresh view"); err != nil {
+			t.Errorf("ForceRelease(fresh) = %v", err)
+		}
+		if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
+			t.Error("the lock is still there")
+		}
+	})
+
+	t.Run("plain fingerprint of a constant value is refused", func(t *testing.T) {
+		key := p + "setnx"
+		rdb.SetNX(ctx, key, "locked", 10*time.Second)
+		if _, err := c.ForceRelease(ctx, key, Fingerprint("locked"), "ops", ""); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("ForceRelease(sha1 only) = %v, want ErrAmbiguous", err)
+		}
+		if n, _ := rdb.Exists(ctx, key).Result(); n != 1 {
+			t.Fatal("released without telling holder from successor")
+		}
+	})
+
+	t.Run("without expiry only an explicit @any releases", func(t *testing.T) {
+		key := p + "forever"
+		rdb.SetNX(ctx, key, "1", 0)
+		seen, err := c.Inspect(ctx, key)
+		if err != nil || !seen.Ambiguous || seen.Fingerprint != Fingerprint("1") || seen.ExpireAt != -1 {
+			t.Fatalf("Inspect = %+v, %v; want ambiguous, plain fingerprint, no expiry", seen, err)
+		}
+		if _, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", ""); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("ForceRelease = %v, want ErrAmbiguous", err)
+		}
+		if _, err := c.ForceRelease(ctx, key, seen.Fingerprint+"@any", "ops", "accepted the risk"); err != nil {
+			t.Errorf("ForceRelease(@any) = %v", err)
+		}
+		if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
+			t.Error("the lock is still there")
+		}
+	})
+
+	t.Run("a random token needs no expiry", func(t *testing.T) {
+		key := p + "token"
+		const tok = "5f0c6e1aa7e211ef9c2b0242ac120002"
+		rdb.SetNX(ctx, key, tok, 10*time.Second)
+		seen, err := c.Inspect(ctx, key)
+		if err != nil || seen.Ambiguous || seen.Fingerprint != Fingerprint(tok) {
+			t.Fatalf("Inspect = %+v, %v; want unambiguous, plain fingerprint", seen, err)
+		}
+		rdb.PExpire(ctx, key, 20*time.Second) // the holder renews: still the same holder
+		if _, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", ""); err != nil {
+			t.Errorf("ForceRelease after a renewal = %v", err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"encoding/hex"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -22,11 +23,21 @@ type Holder struct {
 	// there that extends or releases the lock through their own API:
 	// it is a secret, shown only to operators who ask for it.
 	Value string
+	// Ambiguous: a foreign value that cannot tell its holder from a
+	// successor writing the same value (a constant such as "1" or "locked":
+	// shorter than 16 bytes, or fewer than 10 distinct bytes, and not a
+	// known library's random token). Its Fingerprint then carries the key's
+	// expiry ("<sha1>@<PEXPIRETIME ms>") when it has one; see ForceRelease.
+	Ambiguous bool
+	// ExpireAt is the key's absolute expiry (PEXPIRETIME, unix ms); 0 when
+	// unknown, -1 without expiry.
+	ExpireAt int64
 }
 
-// newHolder builds a Holder from a raw value and its PTTL in milliseconds.
-func newHolder(key, value string, pttl int64) *Holder {
-	h := &Holder{Key: key, Fingerprint: Fingerprint(value)}
+// newHolder builds a Holder from a raw value, its PTTL in milliseconds and
+// its PEXPIRETIME (0: unknown).
+func newHolder(key, value string, pttl, expireAt int64) *Holder {
+	h := &Holder{Key: key, Fingerprint: Fingerprint(value), ExpireAt: expireAt}
 	if pttl >= 0 {
 		h.TTL = time.Duration(pttl) * time.Millisecond
 	} else {
@@ -36,8 +47,32 @@ func newHolder(key, value string, pttl int64) *Holder {
 		h.Owner, h.Lease, h.Fence, h.Since = v.Owner, v.Lease, v.Fence, v.Since
 	} else {
 		h.Owner, h.Foreign, h.Value = ForeignOwner(value), true, value
+		h.Ambiguous = ambiguous(value)
+		if h.Ambiguous && expireAt > 0 {
+			h.Fingerprint += "@" + strconv.FormatInt(expireAt, 10)
+		}
 	}
 	return h
+}
+
+// ambiguous reports whether a foreign value may well be written alike by
+// the next holder: not a known library's random token, and short or made of
+// few distinct bytes.
+func ambiguous(v string) bool {
+	if foreignKind(v) != "foreign" {
+		return false
+	}
+	if len(v) < 16 {
+		return true
+	}
+	var seen [256]bool
+	n := 0
+	for i := 0; i < len(v) && n < 10; i++ {
+		if !seen[v[i]] {
+			seen[v[i]], n = true, n+1
+		}
+	}
+	return n < 10
 }
 
 // Fingerprint returns the hex sha1 of a lock value, as Holder.Fingerprint and

@@ -218,7 +218,7 @@ func parseObtain(key string, res any) (ok bool, fence int64, h *Holder, err erro
 		return true, r, nil, nil
 	case []any:
 		if v, pttl, err := valuePTTL(r); err == nil {
-			return false, 0, newHolder(key, v, pttl), nil
+			return false, 0, newHolder(key, v, pttl, 0), nil
 		}
 	}
 	return false, 0, nil, errors.New("lock: unexpected reply from obtain script")

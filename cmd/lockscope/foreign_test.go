@@ -181,3 +181,84 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 		t.Errorf("locks = %d\n%s%s\nwant %s left out and counted", code, out, errOut, key)
 	}
 }
+
+// A constant lock value (SETNX "1" style) cannot tell its holder from a
+// successor. With a TTL its expiry can: a release of what the operator saw
+// never removes a successor. Without one, the release is refused unless the
+// operator accepts releasing whoever holds it — on the command line and on
+// the dashboard's confirmation.
+func TestForcedReleaseOfConstantValues(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}
+
+	// The holder the operator inspected dies; a successor writes the same "1".
+	rdb.SetNX(ctx, "cron:nightly", "1", time.Minute)
+	out, _, code := lockscope(t, env, "", "inspect", "--json", "cron:nightly")
+	var seen struct {
+		Fingerprint string `json:"fingerprint"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &seen) != nil || !strings.Contains(seen.Fingerprint, "@") {
+		t.Fatalf("inspect = %d %s; want a fingerprint with the expiry", code, out)
+	}
+	time.Sleep(5 * time.Millisecond)
+	rdb.Del(ctx, "cron:nightly")
+	rdb.SetNX(ctx, "cron:nightly", "1", time.Minute)
+	_, errOut, code := lockscope(t, env, "", "release", "cron:nightly", "--fingerprint", seen.Fingerprint, "--reason", "stale view", "--yes")
+	if code != 3 || rdb.Exists(ctx, "cron:nightly").Val() != 1 {
+		t.Errorf("release of the dead holder's view = %d (%s); want 3 and the successor untouched", code, errOut)
+	}
+
+	// No expiry: refused unless --any-holder.
+	rdb.Set(ctx, "flag:migrate", "locked", 0)
+	_, errOut, code = lockscope(t, env, "", "release", "flag:migrate", "--reason", "stuck", "--yes")
+	if code != 3 || !strings.Contains(errOut, "--any-holder") || rdb.Exists(ctx, "flag:migrate").Val() != 1 {
+		t.Errorf("release without --any-holder = %d (%s); want 3, the key kept, and how to proceed", code, errOut)
+	}
+	_, _, code = lockscope(t, env, "y\n", "release", "flag:migrate", "--reason", "stuck", "--any-holder")
+	if code == 0 || rdb.Exists(ctx, "flag:migrate").Val() != 1 {
+		t.Errorf("answering 'y' to \"Type 'yes'\" = %d; want not confirmed", code)
+	}
+	_, errOut, code = lockscope(t, env, "yes\n", "release", "flag:migrate", "--reason", "stuck", "--any-holder")
+	if code != 0 || rdb.Exists(ctx, "flag:migrate").Val() != 0 {
+		t.Errorf("release --any-holder = %d (%s); want 0 and the key gone", code, errOut)
+	}
+
+	// The dashboard's confirmation: the same rule, with a checkbox.
+	rdb.Set(ctx, "flag:deploy", "1", 0)
+	addr := freeAddr(t)
+	base := "http://" + addr
+	start(t, append(env, "LOCKSCOPE_LISTEN="+addr, "LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=pw"), "serve")
+	eventually(t, 15*time.Second, func() string {
+		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+		}
+		return ""
+	})
+	resp, page := request(t, base+"/keys/flag:deploy/release", "", "ops", "pw")
+	if resp.StatusCode != 200 || !strings.Contains(page, `data-testid="ambiguous-warning"`) || !strings.Contains(page, `name="accept_ambiguous"`) {
+		t.Fatalf("confirmation = %d; want the warning and the checkbox:\n%s", resp.StatusCode, page)
+	}
+	post := func(form url.Values) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/keys/flag:deploy/release", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.SetBasicAuth("ops", "pw")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	form := url.Values{"fingerprint": {lock.Fingerprint("1")}, "reason": {"deploy hung"}}
+	if code, body := post(form); code != http.StatusConflict || !strings.Contains(body, "Cannot tell") || rdb.Exists(ctx, "flag:deploy").Val() != 1 {
+		t.Errorf("POST without accepting = %d; want 409, the key kept:\n%s", code, body)
+	}
+	form.Set("accept_ambiguous", "yes")
+	if code, body := post(form); code != 200 || rdb.Exists(ctx, "flag:deploy").Val() != 0 {
+		t.Errorf("POST accepting = %d; want 200 and the key gone:\n%s", code, body)
+	}
+}

@@ -443,7 +443,10 @@ holder and the fingerprint of its value, asks for confirmation on stdin (unless
 --yes), then deletes the key in one Lua script only if its value still has that
 fingerprint. With --fingerprint (from 'lockscope inspect' or the dashboard) it
 releases only that exact holder. If the lock changed hands meanwhile nothing
-is touched and the exit status is 3 ("owner changed"). The release is written
+is touched and the exit status is 3 ("owner changed"). Another library's
+constant value ("1") cannot tell its holder from a successor: its expiry,
+part of the fingerprint, does; without an expiry the release is refused
+unless --any-holder. The release is written
 to the event stream (who, when, reason) so the collector counts it; the holder
 sees the loss at its next renewal.`,
 		define: func(f *flagSet) func(context.Context, *Env, []string) error {
@@ -452,8 +455,9 @@ sees the loss at its next renewal.`,
 			rc.defineConn(f)
 			rc.defineStream(f, "Redis stream the forced-release event is written to")
 			var reason, fingerprint, by string
-			var yes bool
+			var yes, anyHolder bool
 			f.String(&reason, "reason", "", "", "why the lock is released (required; recorded with the event)")
+			f.Bool(&anyHolder, "any-holder", "LOCKSCOPE_RELEASE_ANY_HOLDER", false, "for a constant value without expiry (which cannot tell its holder from a successor): release whoever holds it")
 			f.String(&fingerprint, "fingerprint", "", "", "release only if the holder's fingerprint is this one")
 			f.String(&by, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "who releases, recorded with the event (default $USER)")
 			f.Bool(&yes, "yes", "LOCKSCOPE_ASSUME_YES", false, "do not ask for confirmation")
@@ -473,13 +477,13 @@ sees the loss at its next renewal.`,
 					return err
 				}
 				defer rdb.Close()
-				return release(ctx, env, rdb, rc.stream, rc.partitions, key, fingerprint, by, reason, yes)
+				return release(ctx, env, rdb, rc.stream, rc.partitions, key, fingerprint, by, reason, yes, anyHolder)
 			}
 		},
 	}
 }
 
-func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream string, partitions int, key, fingerprint, by, reason string, yes bool) error {
+func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream string, partitions int, key, fingerprint, by, reason string, yes, anyHolder bool) error {
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -498,8 +502,17 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 	printHolder(env.Stdout, h, now)
 	if fingerprint == "" {
 		fingerprint = h.Fingerprint
-	} else if fingerprint != h.Fingerprint {
+	} else if strings.TrimSuffix(fingerprint, "@any") != h.Fingerprint {
 		return ownerChanged(key, h)
+	}
+	if h.Ambiguous && !strings.Contains(fingerprint, "@") {
+		// A constant value and no expiry: nothing tells this holder from a
+		// successor that wrote the same value.
+		if !anyHolder {
+			return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("%s holds a constant value without expiry: a successor would look the same, so nothing was released; --any-holder releases whoever holds it when you confirm", displayKey(key, 200))}
+		}
+		fmt.Fprintln(env.Stdout, "warning: this holder cannot be told from a successor with the same value: whoever holds it when you confirm is released")
+		fingerprint += "@any"
 	}
 	if !yes {
 		fmt.Fprintf(env.Stdout, "Force-release %s? Its holder loses the lock at its next renewal. Type 'yes' to confirm: ", displayKey(key, 200))
@@ -509,7 +522,7 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 			fmt.Fprintln(env.Stdout)
 			return errors.New("not confirmed: no answer on stdin (use --yes to skip the confirmation)")
 		}
-		if answer != "yes" && answer != "y" {
+		if answer != "yes" {
 			return errors.New("not confirmed; nothing was released")
 		}
 	}
@@ -517,6 +530,8 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 	switch {
 	case errors.Is(err, lock.ErrOwnerChanged):
 		return ownerChanged(key, released)
+	case errors.Is(err, lock.ErrAmbiguous):
+		return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("%s holds a constant value without expiry: a successor would look the same, so nothing was released; --any-holder releases whoever holds it", displayKey(key, 200))}
 	case errors.Is(err, lock.ErrNotHeld):
 		return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("owner changed: %s is no longer held; nothing was released", displayKey(key, 200))}
 	case err != nil:
