@@ -200,7 +200,7 @@ func (c *Collector) setup(ctx context.Context) error {
 		// XINFO refused (an ACL without it): create the group blindly,
 		// BUSYGROUP says it exists. Lag and gaps go unreported.
 		if !c.noInfoShown.Swap(true) {
-			c.log.Warn("XINFO refused: stream lag and trimmed-entry detection are off (grant +xinfo to the collector's user)", "err", err)
+			c.log.Warn("XINFO refused: stream lag and trimmed-entry detection are off", "fix", remedy(err, "+xinfo"), "err", err)
 		}
 		si = &streamInfo{unknown: true}
 	default:
@@ -573,4 +573,19 @@ func (r *rateLog) flush(log *slog.Logger) {
 	}
 	log.Warn("skipped malformed stream entries (counted, acknowledged)", "count", r.n, "last_id", r.lastID, "err", r.err)
 	r.n, r.logged = 0, time.Now()
+}
+
+// remedy says what to do about a command Redis refused: grant the permission
+// when an ACL refused it (NOPERM), free the key when it holds another type
+// (WRONGTYPE: someone wrote a plain value under lockscope's key), else just
+// that it was refused.
+func remedy(err error, grant string) string {
+	switch {
+	case redis.HasErrorPrefix(err, "NOPERM"):
+		return "grant " + grant + " to the collector's Redis user"
+	case redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return "the key holds another type of value: delete it or give lockscope another key (--stream)"
+	default:
+		return "Redis refused the command"
+	}
 }

@@ -627,3 +627,23 @@ func TestIngestForgetsStaleConsumers(t *testing.T) {
 		t.Errorf("consumers after the check = %q, want only the one with a pending entry kept", got)
 	}
 }
+
+// A refusal names its cause: an ACL (grant the permission) or a key holding
+// another type (WRONGTYPE: not an ACL matter).
+func TestRemedyNamesTheCause(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	rdb.Set(ctx, "not-a-stream", "v", 0)
+	err := rdb.XInfoStream(ctx, "not-a-stream").Err()
+	if got := remedy(err, "+xinfo"); !strings.Contains(got, "another type") || strings.Contains(got, "grant") {
+		t.Errorf("remedy(%v) = %q, want the key's type named, not the ACL", err, got)
+	}
+	rdb.Do(ctx, "ACL", "SETUSER", "weak", "on", ">pw", "~*", "+@all", "-xinfo")
+	weak := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "weak", Password: "pw"})
+	defer weak.Close()
+	err = weak.XInfoStream(ctx, "not-a-stream").Err()
+	if got := remedy(err, "+xinfo"); got != "grant +xinfo to the collector's Redis user" {
+		t.Errorf("remedy(%v) = %q, want the grant", err, got)
+	}
+}

@@ -103,7 +103,7 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 		if errors.As(err, &rerr) {
 			keepGroup = true
 			end = g.lastDelivered
-			c.log.Warn("XGROUP DESTROY refused: after a restart, entries read but not acknowledged before it may be applied twice (grant +xgroup|destroy to the collector's user)", "err", err)
+			c.log.Warn("XGROUP DESTROY refused: after a restart, entries read but not acknowledged before it may be applied twice", "fix", remedy(err, "+xgroup|destroy"), "err", err)
 		} else if err != nil {
 			return err
 		}
@@ -136,7 +136,7 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 		if !errors.As(err, &rerr) {
 			return err
 		}
-		c.log.Warn("XRANGE refused: the picture is not rebuilt from the stream after a restart (grant +xrange to the collector's user)", "err", err)
+		c.log.Warn("XRANGE refused: the picture is not rebuilt from the stream after a restart", "fix", remedy(err, "+xrange"), "err", err)
 	}
 	settle(out)
 	// Recreate the group after what was replayed. Only this replica reads
@@ -228,7 +228,7 @@ func (c *Collector) claimPresence(ctx context.Context) (time.Time, error) {
 		var rerr redis.Error
 		switch {
 		case errors.As(err, &rerr) && !errors.Is(err, redis.Nil):
-			c.log.Warn("cannot keep the replica's presence key: two processes started as the same replica would go unnoticed (grant +get +set on it)", "key", key, "err", err)
+			c.log.Warn("cannot keep the replica's presence key: two processes started as the same replica would go unnoticed", "key", key, "fix", remedy(err, "+get +set on it"), "err", err)
 			return time.Time{}, nil
 		case err != nil && !errors.Is(err, redis.Nil):
 			return time.Time{}, err
@@ -340,7 +340,7 @@ func (c *Collector) writeCheckpoints(ctx context.Context) {
 		err := c.writeCheckpoint(ctx)
 		switch {
 		case err != nil && !failed:
-			c.log.Warn("could not write the checkpoint: a restarted replica will miss holders older than its replayed stream (grant +set on the checkpoint key)", "key", CheckpointKey(c.opt.Stream), "err", err)
+			c.log.Warn("could not write the checkpoint: a restarted replica will miss holders older than its replayed stream", "key", CheckpointKey(c.opt.Stream), "fix", remedy(err, "+set on the checkpoint key"), "err", err)
 			failed = true
 		case err == nil && failed:
 			c.log.Info("writing the checkpoint again")

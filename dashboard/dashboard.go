@@ -44,6 +44,7 @@ package dashboard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -91,6 +92,12 @@ type Options struct {
 	// TrustedOrigins are origins ("https://locks.example.com") allowed to POST
 	// besides the request's own host, for reverse proxies that rewrite Host.
 	TrustedOrigins []string
+	// Ping, if set, asks Redis whether it answers; /readyz turns 503 when it
+	// errs or takes longer than ReadyTimeout (a stalled Redis sends no
+	// error: only silence).
+	Ping func(context.Context) error
+	// ReadyTimeout bounds Ping in /readyz; 0 means one second.
+	ReadyTimeout time.Duration
 	// AuthFailures, if set, is called once per failed authentication
 	// (lockscope_auth_failures_total).
 	AuthFailures func()
@@ -215,7 +222,28 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	if err := s.q.Health(); err != nil {
+	err := s.q.Health()
+	if err == nil && s.opt.Ping != nil {
+		d := s.opt.ReadyTimeout
+		if d <= 0 {
+			d = time.Second
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), d)
+		defer cancel()
+		// The client may not bound its read by ctx (go-redis without
+		// ContextTimeoutEnabled waits its ReadTimeout): wait for ctx only.
+		done := make(chan error, 1)
+		go func() { done <- s.opt.Ping(ctx) }()
+		select {
+		case perr := <-done:
+			if perr != nil {
+				err = fmt.Errorf("Redis: %w", perr)
+			}
+		case <-ctx.Done():
+			err = fmt.Errorf("Redis did not answer within %v", d)
+		}
+	}
+	if err != nil {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		w.Write([]byte("not ready: " + err.Error() + "\n"))
 		return

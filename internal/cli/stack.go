@@ -172,6 +172,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		TrustedOrigins:     cfg.dashboard.trustedOrigins,
 		AllowedHosts:       allowedHosts,
 		AuthFailures:       authFailures.Inc,
+		Ping:               func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}),
 		Logger:             log,
 	})

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"os/exec"
 	"path"
 	"strings"
 	"testing"
@@ -235,6 +236,11 @@ func TestACLApplications(t *testing.T) {
 		if _, err := c.Obtain(ctx, "app:plain:"+user, time.Second, nil); err != nil {
 			return fmt.Errorf("Obtain without fencing: %w", err)
 		}
+		// lockscope load (the workload of the compose stack) checks Redis
+		// with PING at start-up; the run below proves the rest.
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("PING: %w", err)
+		}
 		if err := em.Flush(ctx); err != nil {
 			return fmt.Errorf("emitter: %w", err)
 		}
@@ -243,6 +249,20 @@ func TestACLApplications(t *testing.T) {
 		}
 		return nil
 	})
+
+	// `lockscope load --key-prefix app:` runs as the documented user: every
+	// scenario's lock operations and events, no error.
+	ctx := testCtx(t, 60*time.Second)
+	line := readACLDoc(t)["app"][0]
+	if err := line.without("app-load", -1).apply(ctx, admin); err != nil {
+		t.Fatal(err)
+	}
+	bin := buildLockscope(t)
+	out, err := exec.CommandContext(ctx, bin, "load", "--redis", "redis://app-load:"+line.password()+"@"+srv.Addr(),
+		"--key-prefix", "app:", "--duration", "2s", "--report-every", "1s").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), " errors=0 ") || !strings.Contains(string(out), "dropped=0\n") {
+		t.Errorf("lockscope load as the documented app user: %v\n%s", err, out)
+	}
 }
 
 // TestACLCollector: the collector works with the "lockscope-collector" user

@@ -1,0 +1,54 @@
+package reliability
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/faultproxy"
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// A stalled Redis sends no error, only silence: /readyz must turn 503 while
+// Redis does not answer within a second, and 200 again once it does.
+func TestReadyzTurnsUnreadyWhileRedisStalls(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	proxy := faultproxy.Start(t, srv.Addr())
+	bin := buildLockscope(t)
+	p := startServe(t, bin, "redis://"+proxy.Addr(), nil)
+	client := &http.Client{Timeout: 5 * time.Second}
+	readyz := func() (int, string, time.Duration) {
+		start := time.Now()
+		resp, err := client.Get(p.url("/readyz"))
+		if err != nil {
+			return 0, err.Error(), time.Since(start)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), time.Since(start)
+	}
+	ctx := testCtx(t, 15*time.Second)
+	if !waitFor(ctx, func() bool { code, _, _ := readyz(); return code == 200 }) {
+		t.Fatal("/readyz never 200 before the stall")
+	}
+	proxy.Stall()
+	code, body, took := readyz()
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer") {
+		t.Errorf("/readyz during a stall = %d %q, want 503 naming the silence", code, body)
+	}
+	if took > 3*time.Second {
+		t.Errorf("/readyz took %v during the stall, want about its 1s timeout", took)
+	}
+	time.Sleep(2 * time.Second) // a 3 s stall in all
+	if code, body, _ := readyz(); code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz 3s into the stall = %d %q, want 503", code, body)
+	}
+	proxy.Resume()
+	if !waitFor(ctx, func() bool { code, _, _ := readyz(); return code == 200 }) {
+		code, body, _ := readyz()
+		t.Errorf("/readyz after the stall = %d %q, want 200 again", code, body)
+	}
+}
