@@ -435,7 +435,14 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		if contended {
 			a.contendedLocked(k)
 		}
-		a.waitLocked(k, wait, now)
+		if e.Passive {
+			// The passive watch sees the SET that took the lock, never
+			// the failed SET NX before it: the wait is unknown, not zero.
+			// It stays out of wait histograms and contention ratios.
+			a.cur.passive++
+		} else {
+			a.waitLocked(k, wait, now)
+		}
 		a.observe(k, obsAcq, now, 0)
 		a.hot.record(k.key, c.name, contended, wait, true)
 		if k.owner != "" && owner != k.owner {

@@ -88,6 +88,7 @@ func (a *Aggregator) Overview() Overview {
 		o.ContentionSeries[i] = float64(s.contentions) / seriesStep.Seconds()
 		if i >= overviewSeriesLen-minuteSteps {
 			lastMin.acquisitions += s.acquisitions
+			lastMin.passive += s.passive
 			lastMin.contentions += s.contentions
 			lastMin.refused += s.refused
 		}
@@ -105,7 +106,7 @@ func (a *Aggregator) Overview() Overview {
 	if span := now - (cur-minuteSteps+1)*int64(seriesStep); span > 0 {
 		o.AcquireRate = float64(lastMin.acquisitions) / (float64(span) / 1e9)
 	}
-	if d := lastMin.acquisitions + lastMin.refused; d > 0 {
+	if d := lastMin.acquisitions - lastMin.passive + lastMin.refused; d > 0 {
 		o.ContentionRatio = min(1, float64(lastMin.contentions)/float64(d))
 	}
 	o.WaitP99 = wait5.quantile(0.99)

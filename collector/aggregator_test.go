@@ -338,3 +338,50 @@ func (m multiCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 func collectorsOf(a *Aggregator) prometheus.Collector { return multiCollector(a.m.collectors()) }
+
+// A passively watched acquisition's wait is unknown (a failed SET NX makes
+// no notification), not zero: it stays out of the wait histogram, the
+// overview's wait figures and its contention ratio.
+func TestPassiveAcquisitionsHaveNoKnownWait(t *testing.T) {
+	agg, clk := newTestAggregator(t, Config{})
+	reg := prometheus.NewRegistry()
+	if err := agg.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	// One instrumented acquisition that waited.
+	agg.Apply([]event.Event{acquired("app:a", "svc", "l1", time.Second, 200*time.Millisecond, 3, time.Minute)})
+	// Four passive ones (redis-py), whose waits nobody saw.
+	for i := range 4 {
+		e := acquired("py:b", "redis-py/redlock 1234abcd", "", time.Duration(2+i)*time.Second, 0, 1, time.Minute)
+		e.Passive = true
+		agg.Apply([]event.Event{e, ended(event.Released, "py:b", "redis-py/redlock 1234abcd", "", time.Duration(2+i)*time.Second+time.Millisecond, time.Millisecond, "")})
+	}
+	clk.Set(aggT0.Add(7 * time.Second))
+	o := agg.Overview()
+	if o.ContentionRatio != 1 {
+		t.Errorf("ContentionRatio = %v, want 1 (one contended of one acquisition with a known wait)", o.ContentionRatio)
+	}
+	if o.WaitP99 < 100*time.Millisecond {
+		t.Errorf("WaitP99 = %v, want the instrumented wait's bucket, not pulled down by unknown waits", o.WaitP99)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "lockscope_wait_seconds" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "class" && strings.HasPrefix(l.GetValue(), "py:") && m.GetHistogram().GetSampleCount() != 0 {
+					t.Errorf("lockscope_wait_seconds{class=%q} has %d samples, want none from passive acquisitions", l.GetValue(), m.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+	}
+	d, ok := agg.Lock("py:b")
+	if !ok || d.Wait.Count != 0 || d.Acquisitions != 4 {
+		t.Errorf("Lock(py:b) wait count %d, acquisitions %d; want 0 and 4", d.Wait.Count, d.Acquisitions)
+	}
+}

@@ -412,6 +412,9 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// go-redis' pool answers its last dial error until its background
+	// redial (once a second) succeeds: wait for it, as emitters retry.
+	waitFor(t, "client reconnected", func() bool { return rdb.Ping(context.Background()).Err() == nil })
 	// The restarted server lost everything: the emitters recreate the
 	// stream, the collector its group.
 	for i := 0; i < 2; i++ {
@@ -443,6 +446,12 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 	first, _ := testAgg(t, Config{})
 	r := startCollector(t, rdb, first, &Options{Stream: stream})
 	waitFor(t, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
+	// The 5 are applied by the start-up replay, before the group exists:
+	// stop only once the group records what was read.
+	waitFor(t, "first collector's group created", func() bool {
+		g, err := rdb.XInfoGroups(ctx, stream).Result()
+		return err == nil && len(g) == 1
+	})
 	r.stop(t)
 
 	// While no collector runs, 10 entries are written and trimmed away.

@@ -104,6 +104,7 @@ func (h *qhist) quantile(q float64) time.Duration {
 type stepStats struct {
 	step                      int64 // which step these figures belong to
 	acquisitions, contentions int64
+	passive                   int64 // acquisitions seen by the passive watch: their wait is unknown
 	refused, failures         int64
 	expirations, forced       int64
 	wait, hold                qhist

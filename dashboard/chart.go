@@ -93,6 +93,7 @@ type distView struct {
 	Mean     string
 	P50, P99 string
 	Empty    bool
+	EmptyMsg string // what an empty card says; "" means "No observations yet."
 }
 
 type distBar struct {

@@ -324,6 +324,10 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 			WaitAvg: avg(l.WaitTotal, l.Acquisitions), HoldAvg: avg(l.HoldTotal, l.Acquisitions),
 			LastEvent: fmtAgo(now, l.LastEvent), HeldFor: "—",
 		}
+		if l.Passive && l.WaitTotal == 0 && l.Contentions == 0 {
+			// Passive watch cannot see a caller wait: unknown, not zero.
+			row.WaitAvg, row.Contentions = "unknown", "unknown"
+		}
 		if l.Held {
 			row.Owner, row.OwnerT = ownerText(l.Owner)
 			if !l.Since.IsZero() {
@@ -437,6 +441,9 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 	v.Rate = newSpark(trimSeries(d.AcquireSeries, 12), 600, 56, fmtRate, "acquisitions per second")
 	v.RateStep = fmtDuration(d.SeriesStep)
 	v.Wait = newDist("Wait", d.Wait)
+	if d.Passive && d.Wait.Count == 0 {
+		v.Wait.EmptyMsg = "Unknown: this lock is watched passively, and a caller's failed SET NX makes no notification, so waits and contention cannot be seen."
+	}
 	v.Hold = newDist("Hold", d.Hold)
 	var holder *tlHolder
 	switch {

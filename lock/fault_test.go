@@ -172,6 +172,9 @@ func TestDegradedMode(t *testing.T) {
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// go-redis' pool answers its last dial error until its background
+	// redial (once a second) succeeds.
+	waitFor(t, 10*time.Second, "the client reconnected", func() bool { return rdb.Ping(ctx).Err() == nil })
 	if _, _, err := c.Try(ctx, "k", time.Second, nil); !errors.Is(err, ErrNotObtained) {
 		t.Errorf("Try while a degraded lease is held = %v, want ErrNotObtained", err)
 	}

@@ -85,6 +85,13 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 	if !strings.Contains(page, locks["py:invoice-7"].owner) {
 		t.Errorf("key page does not name the holder %q", locks["py:invoice-7"].owner)
 	}
+	// Nobody saw whether redis-py waited: unknown, not 0.
+	if !strings.Contains(page, `data-testid="wait-dist-empty"`) || !strings.Contains(page, "watched passively") {
+		t.Errorf("key page of a passive lock does not say its wait is unknown")
+	}
+	if _, keys, _ := get(ctx, base+"/keys"); !strings.Contains(keys, ">unknown<") {
+		t.Errorf("/keys does not show the passive lock's wait and contention as unknown")
+	}
 
 	// Asking for the value: anonymous is refused, an operator gets it.
 	do := func(path, token string) (int, string) {
