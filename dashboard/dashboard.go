@@ -77,6 +77,9 @@ type Options struct {
 	Token string
 	// TokenOperator is recorded as who released a lock with Token; "" means "token".
 	TokenOperator string
+	// Tokens are named bearer tokens (name → token): a release made with
+	// one is recorded as by its name, so the audit says who.
+	Tokens map[string]string
 	// RequireAuthForRead makes pages and the GET API need operator
 	// credentials too. Default false: reading is open.
 	RequireAuthForRead bool
@@ -179,7 +182,9 @@ func New(q collector.Querier, rel Releaser, opt *Options) (http.Handler, error) 
 // readOnly reports whether releases are impossible by configuration.
 func (s *server) readOnly() bool { return s.rel == nil || !s.hasCredentials() }
 
-func (s *server) hasCredentials() bool { return s.opt.Username != "" || s.opt.Token != "" }
+func (s *server) hasCredentials() bool {
+	return s.opt.Username != "" || s.opt.Token != "" || len(s.opt.Tokens) > 0
+}
 
 func (s *server) routes() *mux.Router {
 	r := mux.NewRouter()

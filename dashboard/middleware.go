@@ -64,10 +64,21 @@ func (s *server) authenticate(r *http.Request) (authResult, string) {
 	if hdr == "" {
 		return authNone, ""
 	}
-	if s.opt.Token != "" {
+	if s.opt.Token != "" || len(s.opt.Tokens) > 0 {
 		if tok, ok := strings.CutPrefix(hdr, "Bearer "); ok {
-			if secretEqual(strings.TrimSpace(tok), s.opt.Token) {
-				return authGood, s.opt.TokenOperator
+			tok = strings.TrimSpace(tok)
+			who := ""
+			if s.opt.Token != "" && secretEqual(tok, s.opt.Token) {
+				who = s.opt.TokenOperator
+			}
+			// Compare with every named token: no early exit.
+			for name, want := range s.opt.Tokens {
+				if secretEqual(tok, want) {
+					who = name
+				}
+			}
+			if who != "" {
+				return authGood, who
 			}
 			return authBad, ""
 		}
@@ -108,7 +119,7 @@ func (s *server) challenge(w http.ResponseWriter) {
 	if s.opt.Username != "" {
 		w.Header().Add("WWW-Authenticate", `Basic realm="lockscope", charset="UTF-8"`)
 	}
-	if s.opt.Token != "" {
+	if s.opt.Token != "" || len(s.opt.Tokens) > 0 {
 		w.Header().Add("WWW-Authenticate", `Bearer realm="lockscope"`)
 	}
 }

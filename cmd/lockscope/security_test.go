@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
 )
 
 // request sends a GET with an optional Host header and Basic credentials.
@@ -116,5 +119,62 @@ func TestForeignHostNamesAreRefused(t *testing.T) {
 				t.Errorf("GET %s with Host %s: the refusal does not say how to allow it: %s", path, host, body)
 			}
 		}
+	}
+}
+
+// Named tokens: a release made with one is recorded as by its name.
+func TestReleasesWithNamedTokensNameWho(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	file := t.TempDir() + "/tokens"
+	if err := os.WriteFile(file, []byte("# on-call tokens\nalice  tok-alice-0123456789\nci-bot tok-ci-bot-0123456789\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	base := "http://" + addr
+	const stream = "named:events"
+	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_STREAM=" + stream,
+		"LOCKSCOPE_OPERATOR_TOKENS_FILE=" + file}, "serve")
+	eventually(t, 15*time.Second, func() string {
+		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+		}
+		return ""
+	})
+	rdb.Set(ctx, "job:stuck", "5f0c6e1aa7e211ef9c2b0242ac120002", time.Minute)
+	body := fmt.Sprintf(`{"fingerprint": %q, "reason": "hung"}`, lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002"))
+	for tok, want := range map[string]int{"tok-wrong-0123456789": 401, "tok-ci-bot-0123456789": 200} {
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/job:stuck/release", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want || want == 200 && !strings.Contains(string(b), `"by":"ci-bot"`) {
+			t.Errorf("release with %s = %d %s, want %d (by ci-bot)", tok, resp.StatusCode, b, want)
+		}
+	}
+	eventually(t, 10*time.Second, func() string {
+		for _, e := range readStream(t, rdb, stream) {
+			if e.Type == event.Forced && e.Key == "job:stuck" {
+				if e.By != "ci-bot" {
+					return fmt.Sprintf("forced event by %q, want ci-bot", e.By)
+				}
+				return ""
+			}
+		}
+		return "no forced event in the stream"
+	})
+
+	// A bad file is a usage error naming the line.
+	os.WriteFile(file, []byte("alice short\n"), 0o600)
+	_, errOut, code := lockscope(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + freeAddr(t), "LOCKSCOPE_OPERATOR_TOKENS_FILE=" + file}, "", "serve")
+	if code != 2 || !strings.Contains(errOut, ":1:") {
+		t.Errorf("serve with a bad tokens file = %d %s, want 2 naming the line", code, errOut)
 	}
 }

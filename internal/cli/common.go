@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -201,11 +202,12 @@ func redactURL(s string) string {
 
 // httpConfig is the dashboard server flags.
 type httpConfig struct {
-	listen   string
-	grace    time.Duration
-	user     string
-	password string
-	token    string
+	listen     string
+	grace      time.Duration
+	user       string
+	password   string
+	token      string
+	tokensFile string
 }
 
 func (c *httpConfig) define(f *flagSet) {
@@ -215,4 +217,38 @@ func (c *httpConfig) define(f *flagSet) {
 	f.String(&c.user, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "operator user name for forced releases (HTTP basic auth)")
 	f.Secret(&c.password, "operator-password", "LOCKSCOPE_OPERATOR_PASSWORD", "operator password (prefer the environment variable: flags show in ps)")
 	f.Secret(&c.token, "operator-token", "LOCKSCOPE_OPERATOR_TOKEN", "operator bearer token for the JSON API (prefer the environment variable)")
+	f.String(&c.tokensFile, "operator-tokens-file", "LOCKSCOPE_OPERATOR_TOKENS_FILE", "", "file of named operator bearer tokens, one 'NAME TOKEN' per line ('#' comments): a release is recorded as by NAME")
+}
+
+// readTokens reads a file of named bearer tokens: "NAME TOKEN" per line,
+// blank lines and '#' comments skipped. Names and tokens must be unique.
+func readTokens(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("operator tokens: %w", err)
+	}
+	tokens := map[string]string{}
+	seen := map[string]bool{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) != 2:
+			return nil, fmt.Errorf("operator tokens %s:%d: want 'NAME TOKEN'", path, i+1)
+		case tokens[f[0]] != "":
+			return nil, fmt.Errorf("operator tokens %s:%d: name %q given twice", path, i+1, f[0])
+		case seen[f[1]]:
+			return nil, fmt.Errorf("operator tokens %s:%d: a token is given twice: names would not tell who released", path, i+1)
+		case len(f[1]) < 16:
+			return nil, fmt.Errorf("operator tokens %s:%d: the token of %q is shorter than 16 characters", path, i+1, f[0])
+		}
+		tokens[f[0]], seen[f[1]] = f[1], true
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("operator tokens %s: no 'NAME TOKEN' line", path)
+	}
+	return tokens, nil
 }

@@ -86,7 +86,7 @@ func (c *stackConfig) validate() error {
 		return &Error{Code: ExitUsage, Err: errors.New("LOCKSCOPE_OPERATOR_PASSWORD needs LOCKSCOPE_OPERATOR_USER (--operator-user)")}
 	case h.user != "" && h.password == "" && h.token == "":
 		return &Error{Code: ExitUsage, Err: errors.New("LOCKSCOPE_OPERATOR_USER needs LOCKSCOPE_OPERATOR_PASSWORD or LOCKSCOPE_OPERATOR_TOKEN")}
-	case c.dashboard.requireAuthForRead && h.user == "" && h.token == "":
+	case c.dashboard.requireAuthForRead && h.user == "" && h.token == "" && h.tokensFile == "":
 		return &Error{Code: ExitUsage, Err: errors.New("--require-auth-for-read needs operator credentials (LOCKSCOPE_OPERATOR_USER and _PASSWORD, or _TOKEN)")}
 	}
 	_, err := c.collector.aggregatorConfig()
@@ -159,6 +159,13 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	}
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Partitions: cfg.partitions, Owner: "lockscope-dashboard", Logger: log})
 	rel := lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em})
+	var tokens map[string]string
+	if cfg.http.tokensFile != "" {
+		if tokens, err = readTokens(cfg.http.tokensFile); err != nil {
+			closeEmitter(em, time.Second)
+			return nil, &Error{Code: ExitUsage, Err: err}
+		}
+	}
 	allowedHosts := cfg.dashboard.allowedHosts
 	if len(allowedHosts) == 0 {
 		allowedHosts = dashboard.DefaultAllowedHosts(cfg.http.listen)
@@ -168,6 +175,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		Password:           cfg.http.password,
 		Token:              cfg.http.token,
 		TokenOperator:      tokenOperator,
+		Tokens:             tokens,
 		RequireAuthForRead: cfg.dashboard.requireAuthForRead,
 		TrustedOrigins:     cfg.dashboard.trustedOrigins,
 		AllowedHosts:       allowedHosts,
