@@ -126,22 +126,7 @@ func TestEndToEndBrowser(t *testing.T) {
 	}
 
 	// The browser.
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 900),
-	)
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	bctx := startBrowser(t, ctx)
 
 	must := func(what string, err error) {
 		t.Helper()
@@ -383,6 +368,31 @@ func saveExtraShot(t *testing.T, ctx context.Context, name string) {
 		return
 	}
 	os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
+}
+
+// startBrowser starts headless Chromium for the test; it ends with ctx or
+// the test.
+func startBrowser(t *testing.T, ctx context.Context) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Fatalf("headless browser needed for the end-to-end test: %v (apt-get install chromium)", err)
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(chromiumPath),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	)
+	bctx, cancelBrowser := chromedp.NewContext(actx)
+	t.Cleanup(func() { cancelBrowser(); cancelAlloc() })
+	return bctx
 }
 
 func jsString(s string) string { return strconv.Quote(s) } // keyPath output is ASCII
