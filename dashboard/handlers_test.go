@@ -645,3 +645,32 @@ func TestAPIEventBytesRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// /keys and the key page agree on a key's average hold and wait: the hold in
+// progress has no length yet, and failed tries waited too.
+func TestKeysAndKeyPageAgreeOnAverages(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "avg:1"
+	t0 := time.Now().Add(-2 * time.Minute)
+	at := func(d time.Duration) int64 { return t0.Add(d).UnixNano() }
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: key, Owner: "a", Lease: "l1", TS: at(0), Wait: 100 * time.Millisecond, Attempts: 2, TTL: time.Minute},
+		{Type: event.Released, Key: key, Owner: "a", Lease: "l1", TS: at(10 * time.Second), Hold: 10 * time.Second},
+		{Type: event.Failed, Key: key, Owner: "b", TS: at(11 * time.Second), Wait: 300 * time.Millisecond, Attempts: 3, Reason: "held"},
+		{Type: event.Acquired, Key: key, Owner: "c", Lease: "l2", TS: at(20 * time.Second), Wait: 200 * time.Millisecond, Attempts: 2, TTL: time.Minute},
+		{Type: event.Released, Key: key, Owner: "c", Lease: "l2", TS: at(50 * time.Second), Hold: 30 * time.Second},
+		{Type: event.Acquired, Key: key, Owner: "d", Lease: "l3", TS: at(60 * time.Second), Attempts: 1, TTL: time.Hour},
+	})
+	doc := htmlDoc(t, f.do(t, req{target: "/keys?q=" + url.QueryEscape(key)}))
+	hold, wait := text(one(t, doc, "hold-avg")), text(one(t, doc, "wait-avg"))
+	if hold != "20s" || wait != "150ms" {
+		t.Errorf("/keys avg hold %q, avg wait %q; want 20s and 150ms (as the key page)", hold, wait)
+	}
+	page := htmlDoc(t, f.do(t, req{target: keyPath(key)}))
+	if h := text(one(t, page, "hold-dist")); !strings.Contains(h, "mean 20s") {
+		t.Errorf("key page hold card %q, want mean 20s", h)
+	}
+	if w := text(one(t, page, "wait-dist")); !strings.Contains(w, "mean 150ms") {
+		t.Errorf("key page wait card %q, want mean 150ms", w)
+	}
+}

@@ -321,7 +321,9 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		row := lockRow{
 			Key: newKeyCell(l.Key), Class: classText(l.Class), Held: l.Held, Stuck: l.Stuck, Passive: l.Passive, NoExpiry: l.NoExpiry(),
 			Waiters: fmtCount(l.Waiters), Acquisitions: fmtCount(l.Acquisitions), Contentions: fmtCount(l.Contentions),
-			WaitAvg: avg(l.WaitTotal, l.Acquisitions), HoldAvg: avg(l.HoldTotal, l.Acquisitions),
+			// As the key page's cards: waits of acquisitions and failures,
+			// holds that ended (the one in progress has no length yet).
+			WaitAvg: avg(l.WaitTotal, l.Acquisitions+l.Failures), HoldAvg: avg(l.HoldTotal, l.Acquisitions-heldNow(l)),
 			LastEvent: fmtAgo(now, l.LastEvent), HeldFor: "—",
 		}
 		if l.Passive && l.WaitTotal == 0 && l.Contentions == 0 {
@@ -337,6 +339,15 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		v.Rows = append(v.Rows, row)
 	}
 	return v
+}
+
+// heldNow is 1 for a key held now: its hold is counted in acquisitions but
+// not yet in the hold total.
+func heldNow(l collector.LockInfo) int64 {
+	if l.Held {
+		return 1
+	}
+	return 0
 }
 
 func avg(total time.Duration, n int64) string {
