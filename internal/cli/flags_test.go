@@ -158,3 +158,20 @@ func TestErrorIsOneLine(t *testing.T) {
 		t.Errorf("ExitCode(nil) = %d, want 0", got)
 	}
 }
+
+func TestMemoryLimitFollowsMaxKeys(t *testing.T) {
+	for _, tc := range []struct {
+		mb, keys int
+		want     int64
+	}{
+		{0, 200_000, 64<<20 + 200_000<<10}, // the default: 259 MiB
+		{0, 1_000_000, 64<<20 + 1_000_000<<10},
+		{512, 200_000, 512 << 20},
+		{-1, 200_000, 0},
+	} {
+		c := collectorConfig{memLimitMB: tc.mb, maxKeys: tc.keys}
+		if got := c.memoryLimit(); got != tc.want {
+			t.Errorf("memoryLimit(mb %d, keys %d) = %d, want %d", tc.mb, tc.keys, got, tc.want)
+		}
+	}
+}

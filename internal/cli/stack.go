@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ type collectorConfig struct {
 	classes    []string
 	maxClasses int
 	maxKeys    int
+	memLimitMB int
 	stuckAfter time.Duration
 	backfill   time.Duration
 }
@@ -44,6 +46,7 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS], tried in order before the default (numbers, UUIDs and hex ids become *)")
 	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", collector.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
 	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", collector.DefaultMaxKeys, "most keys the collector keeps state for")
+	f.Int(&c.memLimitMB, "memory-limit-mb", "LOCKSCOPE_MEMORY_LIMIT_MB", 0, "soft memory limit of the Go runtime in MiB (0: 64 + 1 per 1024 --max-keys, 259 by default; negative: none; GOMEMLIMIT wins)")
 	f.String(&c.replica, "replica", "LOCKSCOPE_REPLICA", "", "this replica's name, unique among the replicas and stable across its restarts: it reads every event through its own consumer group and rebuilds its picture at start (default <hostname>-<listen port>)")
 	f.String(&c.group, "group", "LOCKSCOPE_GROUP", "", "share this consumer group with other collectors instead of the replica's own: the stream is SPLIT between them and each shows part of every lock's events (not for replicas)")
 	f.String(&c.consumer, "consumer", "LOCKSCOPE_CONSUMER", "", "consumer name within a shared --group (default <hostname>-<pid>)")
@@ -112,7 +115,25 @@ type stackConfig struct {
 	dashboard  dashboardConfig
 }
 
+// memoryLimit is the soft memory limit in bytes for c (0: none). The
+// collector's state is bounded by --max-keys; without a limit the Go heap
+// may grow to twice the live state before a collection.
+func (c *collectorConfig) memoryLimit() int64 {
+	switch {
+	case c.memLimitMB < 0:
+		return 0
+	case c.memLimitMB > 0:
+		return int64(c.memLimitMB) << 20
+	}
+	return 64<<20 + int64(c.maxKeys)<<10
+}
+
 func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*stack, error) {
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		if l := cfg.collector.memoryLimit(); l > 0 {
+			debug.SetMemoryLimit(l)
+		}
+	}
 	acfg, err := cfg.collector.aggregatorConfig()
 	if err != nil {
 		return nil, err
