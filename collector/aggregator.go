@@ -142,6 +142,7 @@ type classState struct {
 	counted    classMetrics // the exported children
 	held       int
 	stuck      int   // set by Tick
+	noExpiry   int   // held without a TTL, set by Tick
 	oldest     int64 // since of the oldest hold, unix ns (refreshed by Tick)
 }
 
@@ -912,7 +913,7 @@ func (a *Aggregator) expireDueLocked(clock int64) {
 func (a *Aggregator) scanLocked(now, clock int64) {
 	a.lastScan = now
 	for _, c := range a.classes {
-		c.stuck, c.oldest = 0, 0
+		c.stuck, c.noExpiry, c.oldest = 0, 0, 0
 	}
 	for i := range a.keys.shards {
 		sh := &a.keys.shards[i]
@@ -921,6 +922,9 @@ func (a *Aggregator) scanLocked(now, clock int64) {
 			c := k.class
 			if clock-k.since > int64(c.stuckAfter) {
 				c.stuck++
+			}
+			if k.passive && k.ttl <= 0 && k.expiresAt == 0 {
+				c.noExpiry++
 			}
 			if c.oldest == 0 || k.since < c.oldest {
 				c.oldest = k.since

@@ -549,6 +549,7 @@ type classGauge struct {
 	waiters    int
 	oldestWait int64 // start of the longest current wait, unix ns (0: none)
 	stuck      int
+	noExpiry   int
 	oldest     int64
 }
 
@@ -563,7 +564,7 @@ func (a *Aggregator) classGauges() []classGauge {
 	idx := make(map[string]int, len(a.classes))
 	for _, c := range a.classes {
 		idx[c.name] = len(out)
-		out = append(out, classGauge{class: c.name, held: c.held, stuck: c.stuck, oldest: c.oldest})
+		out = append(out, classGauge{class: c.name, held: c.held, stuck: c.stuck, noExpiry: c.noExpiry, oldest: c.oldest})
 	}
 	a.mu.Unlock()
 	for _, x := range ws {

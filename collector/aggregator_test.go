@@ -385,3 +385,45 @@ func TestPassiveAcquisitionsHaveNoKnownWait(t *testing.T) {
 		t.Errorf("Lock(py:b) wait count %d, acquisitions %d; want 0 and 4", d.Wait.Count, d.Acquisitions)
 	}
 }
+
+// A held watched key without a TTL (taken for a lock with WatchNoTTL) is
+// counted by lockscope_locks_without_expiry until it is released.
+func TestLocksWithoutExpiryGauge(t *testing.T) {
+	agg, clk := newTestAggregator(t, Config{})
+	reg := prometheus.NewRegistry()
+	if err := agg.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	py := acquired("py:report-1", "redis-py/redlock 1234abcd", "", time.Second, 0, 1, 0)
+	py.Passive = true
+	timed := acquired("py:report-2", "redis-py/redlock 5678abcd", "", time.Second, 0, 1, time.Minute)
+	timed.Passive = true
+	own := acquired("app:job-1", "svc", "l1", time.Second, 0, 1, time.Minute)
+	agg.Apply([]event.Event{py, timed, own})
+	clk.Set(aggT0.Add(2 * time.Second))
+	agg.Tick()
+	gauge := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				if mf.GetName() == "lockscope_locks_without_expiry" && m.GetLabel()[0].GetValue() == "py:report-*" {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		t.Fatal("no lockscope_locks_without_expiry{class=py:report-*}")
+		return 0
+	}
+	if got := gauge(); got != 1 {
+		t.Errorf("lockscope_locks_without_expiry{class=py:report-*} = %v, want 1", got)
+	}
+	agg.Apply([]event.Event{ended(event.Released, "py:report-1", "redis-py/redlock 1234abcd", "", 3*time.Second, 2*time.Second, "")})
+	clk.Set(aggT0.Add(5 * time.Second))
+	agg.Tick()
+	if got := gauge(); got != 0 {
+		t.Errorf("after the release lockscope_locks_without_expiry = %v, want 0", got)
+	}
+}

@@ -133,6 +133,8 @@ func newMetrics(a *Aggregator) *metrics {
 		cycles: prometheus.NewDesc(namespace+"_deadlock_cycles",
 			"Cycles in the wait-for graph now: callers that each wait for a lock another of them holds (deadlocks).", nil, nil),
 		stuck: prometheus.NewDesc(namespace+"_stuck_locks", "Locks held longer than their class's stuck threshold.", []string{"class"}, nil),
+		noExpiry: prometheus.NewDesc(namespace+"_locks_without_expiry",
+			"Locks held now without a TTL (watched keys taken for locks with --watch-no-ttl): if the holder dies they stay held.", []string{"class"}, nil),
 		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
 			"Unix time the oldest current hold began; absent while nothing of the class is held.", []string{"class"}, nil),
 	}
@@ -202,8 +204,8 @@ func failureIndex(reason string) int {
 // state. Collect holds the aggregator's lock for one pass over the classes
 // (at most MaxClasses plus rule classes): microseconds.
 type stateCollector struct {
-	a                                                *Aggregator
-	held, waiters, oldestWait, cycles, stuck, oldest *prometheus.Desc
+	a                                                          *Aggregator
+	held, waiters, oldestWait, cycles, stuck, noExpiry, oldest *prometheus.Desc
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -212,6 +214,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldestWait
 	ch <- c.cycles
 	ch <- c.stuck
+	ch <- c.noExpiry
 	ch <- c.oldest
 }
 
@@ -227,6 +230,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, oldest, g.class)
 		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.stuck), g.class)
+		ch <- prometheus.MustNewConstMetric(c.noExpiry, prometheus.GaugeValue, float64(g.noExpiry), g.class)
 		if g.held > 0 && g.oldest > 0 {
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.oldest)/1e9, g.class)
 		}
