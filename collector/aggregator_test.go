@@ -427,3 +427,115 @@ func TestLocksWithoutExpiryGauge(t *testing.T) {
 		t.Errorf("after the release lockscope_locks_without_expiry = %v, want 0", got)
 	}
 }
+
+// A forced release of another library's lock deletes the key: the watcher
+// reports a passive release at once, the forced event follows through the
+// stream. The two are one forced release, whichever comes first; a passive
+// release nothing explains counts as a release once it has waited.
+func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
+	const owner = "redis-py/redlock 1234abcd"
+	passive := func(typ event.Type, key string, at time.Duration) event.Event {
+		e := ev(typ, key, owner, "", at)
+		e.Passive, e.TTL, e.Attempts = true, time.Minute, 1
+		if typ == event.Released {
+			e.Hold = at - time.Second
+		}
+		return e
+	}
+	forced := func(key string, at time.Duration) event.Event {
+		e := ev(event.Forced, key, owner, "", at)
+		e.By, e.Reason = "ops", "hung"
+		return e
+	}
+	counts := func(t *testing.T, agg *Aggregator, reg *prometheus.Registry, key string) (released, forcedN float64, types []string) {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				switch {
+				case mf.GetName() == "lockscope_releases_total" && strings.Contains(m.String(), `value:"released"`):
+					released += m.GetCounter().GetValue()
+				case mf.GetName() == "lockscope_forced_releases_total":
+					forcedN += m.GetCounter().GetValue()
+				}
+			}
+		}
+		d, _ := agg.Lock(key)
+		for _, e := range d.Recent {
+			types = append(types, e.Type.String())
+		}
+		return released, forcedN, types
+	}
+	for _, tc := range []struct {
+		name  string
+		order func(key string) []event.Event
+	}{
+		{"watcher first", func(key string) []event.Event {
+			return []event.Event{passive(event.Released, key, 3*time.Second), forced(key, 3*time.Second+50*time.Millisecond)}
+		}},
+		{"stream first", func(key string) []event.Event {
+			return []event.Event{forced(key, 3*time.Second), passive(event.Released, key, 3*time.Second-time.Millisecond)}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			agg, clk := newTestAggregator(t, Config{})
+			reg := prometheus.NewRegistry()
+			if err := agg.Register(reg); err != nil {
+				t.Fatal(err)
+			}
+			key := "py:job-1"
+			agg.Apply([]event.Event{passive(event.Acquired, key, time.Second)})
+			clk.Set(aggT0.Add(3 * time.Second))
+			for _, e := range tc.order(key) {
+				agg.Apply([]event.Event{e})
+			}
+			clk.Set(aggT0.Add(5 * time.Second))
+			agg.Tick()
+			released, forcedN, types := counts(t, agg, reg, key)
+			if released != 0 || forcedN != 1 || strings.Join(types, ",") != "forced,acquired" {
+				t.Errorf("released %v, forced %v, timeline %v; want 0, 1, [forced acquired]", released, forcedN, types)
+			}
+			if d, _ := agg.Lock(key); d.Held {
+				t.Error("still held after the forced release")
+			}
+		})
+	}
+	t.Run("a plain release waits, then counts", func(t *testing.T) {
+		agg, clk := newTestAggregator(t, Config{})
+		reg := prometheus.NewRegistry()
+		if err := agg.Register(reg); err != nil {
+			t.Fatal(err)
+		}
+		key := "py:job-2"
+		agg.Apply([]event.Event{passive(event.Acquired, key, time.Second)})
+		clk.Set(aggT0.Add(3 * time.Second))
+		agg.Apply([]event.Event{passive(event.Released, key, 3*time.Second)})
+		clk.Set(aggT0.Add(3*time.Second + parkFor))
+		agg.Tick()
+		released, forcedN, types := counts(t, agg, reg, key)
+		if released != 1 || forcedN != 0 || strings.Join(types, ",") != "released,acquired" {
+			t.Errorf("released %v, forced %v, timeline %v; want 1, 0, [released acquired]", released, forcedN, types)
+		}
+		if d, _ := agg.Lock(key); d.Held || d.Hold.Count != 1 {
+			t.Errorf("held %v, holds %d; want free with one hold", d.Held, d.Hold.Count)
+		}
+	})
+	t.Run("a new holder follows the parked release", func(t *testing.T) {
+		agg, clk := newTestAggregator(t, Config{})
+		key := "py:job-3"
+		agg.Apply([]event.Event{passive(event.Acquired, key, time.Second)})
+		clk.Set(aggT0.Add(3 * time.Second))
+		agg.Apply([]event.Event{passive(event.Released, key, 3*time.Second), passive(event.Acquired, key, 3*time.Second+time.Millisecond)})
+		d, _ := agg.Lock(key)
+		var types []string
+		for _, e := range d.Recent {
+			types = append(types, e.Type.String())
+		}
+		if !d.Held || d.Hold.Count != 1 || strings.Join(types, ",") != "acquired,released,acquired" {
+			t.Errorf("held %v, holds %d, timeline %v; want the new hold after the old one's release", d.Held, d.Hold.Count, types)
+		}
+	})
+}

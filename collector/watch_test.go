@@ -257,9 +257,9 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	}
 	waitSynced(t, c, 2)
 	want("after a Redis restart")
-	if li := lockInfo(agg, "lock:b"); li.Held {
-		t.Errorf("Lock(lock:b).Held = true after Redis lost it, want released by the rescan")
-	}
+	// A passive release waits parkFor for a forced release that would
+	// explain it, then applies.
+	waitFor(t, "lock:b released by the rescan", func() bool { return !lockInfo(agg, "lock:b").Held })
 }
 
 func TestWatchMiniredisHasNoNotifications(t *testing.T) {

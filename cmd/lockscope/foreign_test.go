@@ -274,3 +274,76 @@ func TestForcedReleaseOfConstantValues(t *testing.T) {
 		t.Errorf("POST accepting = %d; want 200 and the key gone:\n%s", code, body)
 	}
 }
+
+// A forced release of a watched redis-py lock through the API is one forced
+// release: not also a release, and the timeline reads "forced" only.
+func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"},
+		"serve", "--watch", "py:*")
+	eventually(t, 15*time.Second, func() string {
+		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+		}
+		return ""
+	})
+	const key, token = "py:export-9", "9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4"
+	rdb.SetNX(ctx, key, token, time.Minute)
+	eventually(t, 10*time.Second, func() string {
+		_, body, _ := get(ctx, base+"/api/v1/locks/"+key)
+		if !strings.Contains(body, `"held":true`) {
+			return "not held yet: " + body
+		}
+		return ""
+	})
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/"+key+"/release",
+		strings.NewReader(fmt.Sprintf(`{"fingerprint": %q, "reason": "export hung"}`, lock.Fingerprint(token))))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer s3cret-token-0123")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("release = %d", resp.StatusCode)
+	}
+	eventually(t, 10*time.Second, func() string {
+		_, m, _ := get(ctx, base+"/metrics")
+		forced, _ := metricSum(m, "lockscope_forced_releases_total")
+		if forced != 1 {
+			return fmt.Sprintf("lockscope_forced_releases_total = %v, want 1", forced)
+		}
+		return ""
+	})
+	time.Sleep(2 * time.Second) // past the time a passive release waits for its forced event
+	_, m, _ := get(ctx, base+"/metrics")
+	if n, found := metricSum(m, `lockscope_releases_total{class="py:export-*",outcome="released"}`); !found || n != 0 {
+		t.Errorf("lockscope_releases_total of the class = %v (found %v): want 0, the forced release counted once", n, found)
+	}
+	_, body, _ := get(ctx, base+"/api/v1/locks/"+key)
+	var v struct {
+		Held   bool `json:"held"`
+		Recent []struct {
+			Type string `json:"type"`
+			By   string `json:"by"`
+		} `json:"recent"`
+	}
+	if err := json.Unmarshal([]byte(body), &v); err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range v.Recent {
+		types = append(types, e.Type)
+	}
+	// The lock was seen acquired, or found held by the watcher's first scan
+	// (renewed) if it was taken before the subscription.
+	if tl := strings.Join(types, ","); v.Held || tl != "forced,acquired" && tl != "forced,renewed" {
+		t.Errorf("after the forced release: held %v, timeline %v; want free, [forced acquired]", v.Held, types)
+	}
+}
