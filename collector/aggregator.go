@@ -106,16 +106,16 @@ type Aggregator struct {
 	exps        expRing
 	forced      forcedRing
 	tab         internTab
-	scratch     []byte      // pushLocked's encoding buffer
-	rec         *record     // the record of the event being applied (see observe)
-	recKey      *keyState   // whose record rec is
-	recBufs     [2]record   // rec points here: an event's, and an expiry's within it
-	pendingKeys []*keyState // keys with superseded holds awaiting their verdict
+	scratch     []byte                   // pushLocked's encoding buffer
+	rec         *record                  // the record of the event being applied (see observe)
+	recKey      *keyState                // whose record rec is
+	recBufs     [2]record                // rec points here: an event's, and an expiry's within it
+	pendingKeys []*keyState              // keys with superseded holds awaiting their verdict
 	parked      map[string]parkedRelease // passive releases awaiting a forced release that explains them
-	expiries    expiryHeap  // holds by expiry (see expiryHeap)
-	lastScan    int64       // collector time of Tick's last stuck/oldest pass
-	evMax       int64       // newest applied event time
-	evAt        int64       // collector time when evMax was applied
+	expiries    expiryHeap               // holds by expiry (see expiryHeap)
+	lastScan    int64                    // collector time of Tick's last stuck/oldest pass
+	evMax       int64                    // newest applied event time
+	evAt        int64                    // collector time when evMax was applied
 	eventsTotal int64
 	dropped     int64
 	replaying   int           // replays between BeginReplay and EndReplay
