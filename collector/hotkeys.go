@@ -364,8 +364,8 @@ func (a *Aggregator) hotTop(window time.Duration, by Ranking, n int) ([]HotKey, 
 	if by != ByWait {
 		by = ByContentions
 	}
-	h := a.hot
 	a.mu.Lock()
+	h := a.hot // BeginReplay replaces it, under a.mu
 	a.advanceLocked(a.nowNS())
 	frozen, live, totals, step := h.windowSources(window, by)
 	a.mu.Unlock()

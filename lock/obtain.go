@@ -299,9 +299,11 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 	}
 	l.outer, _ = FromContext(ctx)
 	if c.rec != nil {
-		now := time.Now()
-		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: a.id, TS: now.UnixNano(),
-			Wait: now.Sub(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded})
+		// The event's time is the lease's since, the time the value
+		// stored in Redis carries: a collector rebuilding from the value
+		// and one that saw the event show the same acquisition time.
+		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: a.id, TS: at.UnixNano(),
+			Wait: time.Since(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded})
 	}
 	if o.AutoRenew {
 		l.startRenewal()

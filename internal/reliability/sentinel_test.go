@@ -1,6 +1,7 @@
 package reliability
 
 import (
+	"context"
 	"net/http"
 	"os/exec"
 	"strings"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestSentinelFailoverUnderLoad: serve and load given the Sentinel URL form
@@ -53,8 +56,17 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	}
 	t.Logf("serve ready and ingesting from the new master %v after the failover began", time.Since(start).Round(time.Millisecond))
 
-	out, err := exec.CommandContext(ctx, bin, "locks", "--redis", url, "sn:*").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "KEY") {
+	// A lock held through Sentinel on the new master: `locks` finds it
+	// (the load's own holds are too short to be caught reliably).
+	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: sn.Addrs()})
+	defer fc.Close()
+	l, err := lock.New(fc, &lock.Options{Owner: "sentinel-test"}).Obtain(ctx, "sn:held-after-failover", time.Minute, nil)
+	if err != nil {
+		t.Fatalf("Obtain through Sentinel after the failover: %v", err)
+	}
+	defer l.Release(context.Background())
+	out, err := exec.CommandContext(ctx, bin, "locks", "--redis", url, "sn:held-*").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "sn:held-after-failover") || !strings.Contains(string(out), "sentinel-test") {
 		t.Errorf("locks through Sentinel after the failover: %v\n%s", err, out)
 	}
 }
