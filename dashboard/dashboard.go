@@ -227,8 +227,10 @@ func (s *server) healthz(w http.ResponseWriter, r *http.Request) {
 
 func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	err := s.q.Health()
-	if err == nil && s.opt.Ping != nil {
+	var why string
+	if err := s.q.Health(); err != nil {
+		why = err.Error()
+	} else if s.opt.Ping != nil {
 		d := s.opt.ReadyTimeout
 		if d <= 0 {
 			d = time.Second
@@ -242,15 +244,15 @@ func (s *server) readyz(w http.ResponseWriter, r *http.Request) {
 		select {
 		case perr := <-done:
 			if perr != nil {
-				err = fmt.Errorf("Redis: %w", perr)
+				why = "Redis: " + perr.Error()
 			}
 		case <-ctx.Done():
-			err = fmt.Errorf("Redis did not answer within %v", d)
+			why = fmt.Sprintf("Redis did not answer within %v", d)
 		}
 	}
-	if err != nil {
+	if why != "" {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		w.Write([]byte("not ready: " + err.Error() + "\n"))
+		w.Write([]byte("not ready: " + why + "\n"))
 		return
 	}
 	w.Write([]byte("ok\n"))
