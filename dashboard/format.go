@@ -118,6 +118,15 @@ func fmtCount[T ~int | ~int64](n T) string {
 	return b.String()
 }
 
+// fmtAbs renders t as an absolute date and time with its zone (UTC), for
+// the title of a relative time and the key page; "" for the zero time.
+func fmtAbs(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000 MST")
+}
+
 func fmtClock(t time.Time) string {
 	if t.IsZero() {
 		return "—"

@@ -674,3 +674,21 @@ func TestKeysAndKeyPageAgreeOnAverages(t *testing.T) {
 		t.Errorf("key page wait card %q, want mean 150ms", w)
 	}
 }
+
+// Relative times carry the absolute date and time with its zone on hover,
+// and the key page states when the hold began in full.
+func TestTimesAreDatedWithTheirZone(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "dated:1"
+	at := time.Date(2026, 3, 1, 9, 30, 15, 250e6, time.UTC)
+	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: key, Owner: "a", Lease: "l1", TS: at.UnixNano(), TTL: time.Hour, Attempts: 1}})
+	want := "2026-03-01 09:30:15.250 UTC"
+	doc := htmlDoc(t, f.do(t, req{target: "/keys?q=" + url.QueryEscape(key)}))
+	if got := attr(one(t, doc, "last-event"), "title"); got != want {
+		t.Errorf("/keys last event title = %q, want %q", got, want)
+	}
+	page := f.do(t, req{target: keyPath(key)}).Body.String()
+	if !strings.Contains(page, ">"+want+"<") || !strings.Contains(page, `title="`+want+`"`) {
+		t.Errorf("key page does not show the hold's start %q in full and on hover", want)
+	}
+}

@@ -167,14 +167,14 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 		v.Stuck = append(v.Stuck, row)
 	}
 	for _, e := range s.q.Expirations(expirationsRows) {
-		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)), Confirmed: e.Confirmed}
+		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), AgoAt: fmtAbs(e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)), Confirmed: e.Confirmed}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
 		v.Expirations = append(v.Expirations, row)
 	}
 	for _, f := range s.q.ForcedReleases(forcedRows) {
 		by, _ := displayKey(f.By)
 		reason, _ := displayKey(f.Reason)
-		row := forcedRow{Key: newKeyCell(f.Key), By: by, Reason: reason, Ago: fmtAgo(now, f.At)}
+		row := forcedRow{Key: newKeyCell(f.Key), By: by, Reason: reason, Ago: fmtAgo(now, f.At), AgoAt: fmtAbs(f.At)}
 		row.Owner, row.OwnerT = ownerText(f.Owner)
 		v.Forced = append(v.Forced, row)
 	}
@@ -324,7 +324,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 			// As the key page's cards: waits of acquisitions and failures,
 			// holds that ended (the one in progress has no length yet).
 			WaitAvg: avg(l.WaitTotal, l.Acquisitions+l.Failures), HoldAvg: avg(l.HoldTotal, l.Acquisitions-heldNow(l)),
-			LastEvent: fmtAgo(now, l.LastEvent), HeldFor: "—",
+			LastEvent: fmtAgo(now, l.LastEvent), LastEventAt: fmtAbs(l.LastEvent), HeldFor: "—",
 		}
 		if l.Passive && l.WaitTotal == 0 && l.Contentions == 0 {
 			// Passive watch cannot see a caller wait: unknown, not zero.
@@ -468,7 +468,7 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 		v.Waiters = append(v.Waiters, newWaiterRow(x, now))
 	}
 	for _, e := range d.Recent[:min(len(d.Recent), eventRows)] {
-		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), Type: e.Type.String(), Detail: eventDetail(e)}
+		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), AgoAt: fmtAbs(e.Time()), Type: e.Type.String(), Detail: eventDetail(e)}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
 		v.Events = append(v.Events, row)
 	}

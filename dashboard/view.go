@@ -198,6 +198,7 @@ type expirationRow struct {
 	Owner     string
 	OwnerT    string
 	Ago       string
+	AgoAt     string // absolute, for the title
 	Held      string
 	Confirmed bool
 }
@@ -209,6 +210,7 @@ type forcedRow struct {
 	By     string
 	Reason string
 	Ago    string
+	AgoAt  string // absolute, for the title
 }
 
 type footerItem struct{ Label, Value string }
@@ -248,6 +250,7 @@ type lockRow struct {
 	WaitAvg      string
 	HoldAvg      string
 	LastEvent    string
+	LastEventAt  string // absolute, for the title
 }
 
 type keyView struct {
@@ -294,6 +297,7 @@ type holderView struct {
 type eventRow struct {
 	Clock  string
 	Ago    string
+	AgoAt  string // absolute, for the title
 	Type   string
 	Owner  string
 	OwnerT string
@@ -348,7 +352,7 @@ func (s *server) holderFromInfo(l collector.LockInfo, now time.Time) *holderView
 	}
 	h.OwnerT, h.Owner = ownerText(l.Owner)
 	if !l.Since.IsZero() {
-		h.Since = fmtClock(l.Since)
+		h.Since = fmtAbs(l.Since)
 		h.SinceAgo = fmtAgo(now, l.Since)
 		h.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
 	}
@@ -377,7 +381,7 @@ func holderFromLock(h *lock.Holder, now time.Time) *holderView {
 	}
 	v.OwnerT, v.Owner = ownerText(h.Owner)
 	if !h.Since.IsZero() {
-		v.Since = fmtClock(h.Since)
+		v.Since = fmtAbs(h.Since)
 		v.SinceAgo = fmtAgo(now, h.Since)
 		v.HeldFor = fmtDuration(now.Sub(h.Since).Truncate(time.Millisecond))
 	}
@@ -391,7 +395,7 @@ func sinceFromCollector(v *holderView, h *lock.Holder, l collector.LockInfo, now
 	if v.Since != "" || !l.Held || l.Since.IsZero() || l.Owner != h.Owner {
 		return
 	}
-	v.Since = fmtClock(l.Since)
+	v.Since = fmtAbs(l.Since)
 	v.SinceAgo = fmtAgo(now, l.Since)
 	v.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
 }
