@@ -187,11 +187,15 @@ func TestEndToEndBrowser(t *testing.T) {
 	if got := liveStatus(); got != "live · 2 s" {
 		t.Errorf("live status = %q, want %q", got, "live · 2 s")
 	}
-	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`window.__marker = document.getElementById("content")`))
+	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`window.__marker = document.getElementById("content"); window.__rendered = document.querySelector('[data-testid="rendered"]').textContent`))
 	must("mark content", err)
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("content") !== window.__marker`,
 		chromedp.WithPollingTimeout(4*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	must("content refreshed in place within 4 s", err)
+	// The footer's "rendered" time follows the refresh (it is outside #content).
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelector('[data-testid="rendered"]').textContent !== window.__rendered`,
+		chromedp.WithPollingTimeout(3*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+	must("footer's rendered time follows the live refresh", err)
 	must("pause", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
 	if got := liveStatus(); got != "paused" {
 		t.Errorf("live status after pause = %q, want paused", got)

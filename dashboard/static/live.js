@@ -67,7 +67,13 @@
           var next = doc.getElementById("content");
           var cur = document.getElementById("content");
           if (!next || !cur) throw new Error("no content");
-          if (!editing()) cur.replaceWith(document.adoptNode(next));
+          if (!editing()) {
+            cur.replaceWith(document.adoptNode(next));
+            // The footer's "rendered" time is outside #content: keep it true.
+            var was = document.querySelector('[data-testid="rendered"]');
+            var now = doc.querySelector('[data-testid="rendered"]');
+            if (was && now) was.textContent = now.textContent;
+          }
           show();
         })
         .catch(function (err) { render("refresh failed: " + err.message, "error"); })
