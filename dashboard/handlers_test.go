@@ -692,3 +692,26 @@ func TestTimesAreDatedWithTheirZone(t *testing.T) {
 		t.Errorf("key page does not show the hold's start %q in full and on hover", want)
 	}
 }
+
+// The forced-release log reads as a sentence, and failed acquisitions are
+// noted under acquisitions, not under forced releases.
+func TestOverviewForcedRowAndTileNotes(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "export:1"
+	now := time.Now()
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: key, Owner: "export-worker/pod-2", Lease: "l1", TS: now.Add(-time.Minute).UnixNano(), TTL: time.Hour, Attempts: 1},
+		{Type: event.Forced, Key: key, Owner: "export-worker/pod-2", Lease: "l1", TS: now.UnixNano(), By: "demo", Reason: "hung"},
+		{Type: event.Failed, Key: key, Owner: "b", TS: now.UnixNano(), Wait: time.Second, Attempts: 3, Reason: "timeout"},
+	})
+	doc := htmlDoc(t, f.do(t, req{target: "/"}))
+	if got := strings.Join(strings.Fields(text(one(t, doc, "forced-row"))), " "); !strings.Contains(got, "by demo from export-worker/pod-2 ") {
+		t.Errorf("forced row reads %q, want \"by demo from export-worker/pod-2 …\"", got)
+	}
+	if got := text(one(t, doc, "stat-forced")); strings.Contains(got, "failed") {
+		t.Errorf("forced tile %q speaks of failed acquisitions", got)
+	}
+	if got := text(one(t, doc, "stat-acquire-rate")); !strings.Contains(got, "1 failed in 5 min") {
+		t.Errorf("acquisitions tile %q, want the failed acquisitions noted", got)
+	}
+}

@@ -113,7 +113,7 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 	}
 	step := "per " + fmtDuration(o.SeriesStep)
 	v.Tiles = []statTile{
-		{ID: "acquire-rate", Label: "Acquisitions", Value: fmtRate(o.AcquireRate), Unit: "/s", Note: "last minute",
+		{ID: "acquire-rate", Label: "Acquisitions", Value: fmtRate(o.AcquireRate), Unit: "/s", Note: "last minute · " + fmtCount(o.Failures5m) + " failed in 5 min",
 			Href: "/keys?sort=contentions", Spark: newSpark(trimSeries(o.AcquireSeries, 12), 120, 36, fmtRate, "acquisitions "+step)},
 		{ID: "contention", Label: "Contention", Value: fmtPercent(o.ContentionRatio), Note: "had to wait or were refused",
 			Href: "/?window=1m&by=contentions#hot", Tone: contTone, Spark: newSpark(trimSeries(o.ContentionSeries, 12), 120, 36, fmtRate, "contentions "+step)},
@@ -127,7 +127,7 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 			Href: "#stuck", Tone: toneIf(o.Stuck > 0, "bad")},
 		{ID: "expirations", Label: "Expirations", Value: fmtCount(o.Expirations5m), Note: "TTL lapsed while held · 5 min",
 			Href: "#expirations", Tone: toneIf(o.Expirations5m > 0, "warn")},
-		{ID: "forced", Label: "Forced releases", Value: fmtCount(o.Forced5m), Note: fmtCount(o.Failures5m) + " failed acquisitions · 5 min",
+		{ID: "forced", Label: "Forced releases", Value: fmtCount(o.Forced5m), Note: "by operators · 5 min",
 			Href: "#forced", Tone: toneIf(o.Forced5m > 0, "warn")},
 	}
 
