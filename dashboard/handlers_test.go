@@ -715,3 +715,15 @@ func TestOverviewForcedRowAndTileNotes(t *testing.T) {
 		t.Errorf("acquisitions tile %q, want the failed acquisitions noted", got)
 	}
 }
+
+// A key held for the first time has no finished hold: its hold card says how
+// long the current one has lasted rather than "no observations".
+func TestHoldCardOfAFirstHold(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "first:1"
+	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: key, Owner: "a", Lease: "l1", TS: time.Now().Add(-90 * time.Second).UnixNano(), TTL: time.Hour, Attempts: 1}})
+	doc := htmlDoc(t, f.do(t, req{target: keyPath(key)}))
+	if got := text(one(t, doc, "hold-dist-empty")); !strings.Contains(got, "the current one has lasted 1m30s") {
+		t.Errorf("hold card = %q, want how long the current hold has lasted", got)
+	}
+}

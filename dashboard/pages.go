@@ -456,6 +456,13 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 		v.Wait.EmptyMsg = "Unknown: this lock is watched passively, and a caller's failed SET NX makes no notification, so waits and contention cannot be seen."
 	}
 	v.Hold = newDist("Hold", d.Hold)
+	if d.Hold.Count == 0 && d.Held && !d.Since.IsZero() {
+		v.Hold.EmptyMsg = "No hold has ended yet: the current one has lasted " + fmtDuration(d.HeldFor(now).Truncate(time.Second))
+		if d.Stuck {
+			v.Hold.EmptyMsg += ", past the stuck threshold"
+		}
+		v.Hold.EmptyMsg += "."
+	}
 	var holder *tlHolder
 	switch {
 	case rh != nil:
