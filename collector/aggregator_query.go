@@ -193,6 +193,16 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 			}
 			c.b = k.holdTotal
 		case SortKey:
+		case SortAttention:
+			switch {
+			case k.held && clock-k.since > int64(k.class.stuckAfter):
+				c.a = 3
+			case k.held && a.waits.count(k.key) > 0:
+				c.a = 2
+			case k.held:
+				c.a = 1
+			}
+			c.b = k.contentions
 		default:
 			c.a = k.contentions
 		}

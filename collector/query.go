@@ -130,6 +130,9 @@ const (
 	SortContentions LockSort = "contentions"
 	SortWait        LockSort = "wait"
 	SortHold        LockSort = "hold" // current hold duration, then total hold
+	// SortAttention puts first what needs an operator: stuck holds, then
+	// held keys with waiters, then other held keys, each by contentions.
+	SortAttention LockSort = "attention"
 )
 
 // LockQuery selects a page of tracked keys.

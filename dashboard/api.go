@@ -190,7 +190,7 @@ type apiLockPage struct {
 // apiLocks is GET /api/v1/locks?q=&class=&held=1&sort=contentions&order=desc&offset=0&limit=50.
 func (s *server) apiLocks(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
-	lq, err := lockQuery(qs)
+	lq, err := lockQuery(qs, collector.SortContentions)
 	if err != nil {
 		writeJSON(w, r, http.StatusBadRequest, apiError{Error: err.Error()})
 		return

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -725,5 +726,36 @@ func TestHoldCardOfAFirstHold(t *testing.T) {
 	doc := htmlDoc(t, f.do(t, req{target: keyPath(key)}))
 	if got := text(one(t, doc, "hold-dist-empty")); !strings.Contains(got, "the current one has lasted 1m30s") {
 		t.Errorf("hold card = %q, want how long the current hold has lasted", got)
+	}
+}
+
+// /keys opens with what needs attention first: stuck holds, then held keys
+// with waiters, then other held keys, then the rest by contentions; its
+// column headers sort.
+func TestKeysOpenWithWhatNeedsAttention(t *testing.T) {
+	f := newFixture(t, nil)
+	now := time.Now()
+	p := f.pfx
+	f.agg.Apply(contended(p+"free-hot", 30, 10*time.Millisecond, now.Add(-time.Minute)))
+	acq := func(key string, since time.Duration) event.Event {
+		return event.Event{Type: event.Acquired, Key: key, Owner: "o", Lease: "l-" + key, TS: now.Add(-since).UnixNano(), TTL: time.Hour, Attempts: 1}
+	}
+	waiting := event.Event{Type: event.Waiting, Key: p + "held-waited", Owner: "w", Lease: "w1", TS: now.UnixNano(), Wait: time.Minute}
+	f.agg.Apply([]event.Event{acq(p+"held", time.Second), acq(p+"stuck", 10*time.Minute), acq(p+"held-waited", 2*time.Second), waiting})
+	f.agg.Tick()
+	doc := htmlDoc(t, f.do(t, req{target: "/keys?q=" + url.QueryEscape(p)}))
+	var got []string
+	for _, a := range byTestID(doc, "key-link") {
+		got = append(got, strings.TrimPrefix(text(a), p))
+	}
+	if want := []string{"stuck", "held-waited", "held", "free-hot"}; !slices.Equal(got, want) {
+		t.Errorf("/keys order = %v, want %v", got, want)
+	}
+	th := one(t, doc, "sort-attention")
+	if attr(th, "aria-sort") != "descending" {
+		t.Errorf("the State header is not marked as the active sort")
+	}
+	if href := attr(byTag(one(t, doc, "sort-contentions"), "a")[0], "href"); !strings.Contains(href, "sort=contentions") || !strings.Contains(href, "q=") {
+		t.Errorf("Contentions header links to %q, want the same filters sorted by contentions", href)
 	}
 }

@@ -203,8 +203,9 @@ func toneIf(cond bool, tone string) string {
 	return ""
 }
 
-// lockQuery reads the keys page's (and the locks API's) filters.
-func lockQuery(qs url.Values) (collector.LockQuery, error) {
+// lockQuery reads the keys page's (and the locks API's) filters; def is the
+// order when none is asked for.
+func lockQuery(qs url.Values, def collector.LockSort) (collector.LockQuery, error) {
 	lq := collector.LockQuery{
 		Search:   qs.Get("q"),
 		Class:    qs.Get("class"),
@@ -216,10 +217,10 @@ func lockQuery(qs url.Values) (collector.LockQuery, error) {
 	}
 	switch lq.Sort {
 	case "":
-		lq.Sort = collector.SortContentions
-	case collector.SortKey, collector.SortContentions, collector.SortWait, collector.SortHold:
+		lq.Sort = def
+	case collector.SortKey, collector.SortContentions, collector.SortWait, collector.SortHold, collector.SortAttention:
 	default:
-		return lq, errors.New("sort must be one of key, contentions, wait, hold")
+		return lq, errors.New("sort must be one of attention, key, contentions, wait, hold")
 	}
 	switch qs.Get("order") {
 	case "asc":
@@ -244,7 +245,7 @@ func atoiDefault(s string, def, lo, hi int) (int, bool) {
 
 func (s *server) keysPage(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
-	lq, err := lockQuery(qs)
+	lq, err := lockQuery(qs, collector.SortAttention)
 	pageN, ok := atoiDefault(qs.Get("page"), 1, 1, 1<<30)
 	if err != nil || !ok {
 		msg := "page must be a positive number"
@@ -282,12 +283,12 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		PageN:    pageN,
 		Pages:    pages,
 	}
-	for _, so := range []collector.LockSort{collector.SortContentions, collector.SortWait, collector.SortHold, collector.SortKey} {
+	for _, so := range []collector.LockSort{collector.SortAttention, collector.SortContentions, collector.SortWait, collector.SortHold, collector.SortKey} {
 		v.Sorts = append(v.Sorts, tab{Label: string(so), Active: so == lq.Sort})
 	}
 	from := min(lq.Offset+1, res.Total)
 	v.From, v.To = fmtCount(from), fmtCount(lq.Offset+len(res.Locks))
-	link := func(n int) string {
+	link := func(n int, sort collector.LockSort) string {
 		q := url.Values{}
 		if lq.Search != "" {
 			q.Set("q", lq.Search)
@@ -298,17 +299,22 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		if lq.HeldOnly {
 			q.Set("held", "1")
 		}
-		q.Set("sort", string(lq.Sort))
+		q.Set("sort", string(sort))
 		if n > 1 {
 			q.Set("page", strconv.Itoa(n))
 		}
 		return "/keys?" + q.Encode()
 	}
 	if pageN > 1 {
-		v.PrevHref = link(pageN - 1)
+		v.PrevHref = link(pageN-1, lq.Sort)
 	}
 	if pageN < pages {
-		v.NextHref = link(pageN + 1)
+		v.NextHref = link(pageN+1, lq.Sort)
+	}
+	v.SortHref = map[string]string{}
+	for i := range v.Sorts {
+		v.Sorts[i].Href = link(1, collector.LockSort(v.Sorts[i].Label))
+		v.SortHref[v.Sorts[i].Label] = v.Sorts[i].Href
 	}
 	switch {
 	case res.Total > 0:

@@ -223,7 +223,8 @@ type keysView struct {
 	Sort     string
 	Asc      bool
 	Classes  []string
-	Sorts    []tab // sort choices as links (column headers)
+	Sorts    []tab             // sort choices as links (column headers)
+	SortHref map[string]string // sort name → its link
 	Rows     []lockRow
 	Total    string
 	From, To string
@@ -420,4 +421,19 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// sortDir is the direction a sort orders rows in (aria-sort).
+func sortDir(sort string) string {
+	if sort == string(collector.SortKey) {
+		return "ascending"
+	}
+	return "descending"
+}
+
+func sortArrow(sort string) string {
+	if sort == string(collector.SortKey) {
+		return "↑"
+	}
+	return "↓"
 }
