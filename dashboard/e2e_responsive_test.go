@@ -30,7 +30,7 @@ func TestPagesAtEveryWidth(t *testing.T) {
 	for i, k := range keys {
 		f.agg.Apply(contended(k, 20+i, 40*time.Millisecond, now.Add(-30*time.Second)))
 	}
-	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: long, Owner: "reconciler/ip-10-0-9-14/3131", Lease: "l-long", TS: now.Add(-10 * time.Minute).UnixNano(), TTL: time.Hour, Attempts: 1}})
+	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: long, Owner: "reconciler/ip-10-0-9-14/3131", Lease: "l-long", TS: now.Add(-2 * time.Second).UnixNano(), TTL: time.Hour, Attempts: 1}})
 	f.agg.Tick()
 	ts := httptest.NewServer(f.h)
 	defer ts.Close()
