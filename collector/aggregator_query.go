@@ -180,6 +180,24 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 		if class != nil && k.class != class || q.HeldOnly && !k.held {
 			return
 		}
+		switch q.State {
+		case StateHeld:
+			if !k.held {
+				return
+			}
+		case StateStuck:
+			if !k.held || clock-k.since <= int64(k.class.stuckAfter) {
+				return
+			}
+		case StateWaited:
+			if !k.held || a.waits.count(k.key) == 0 {
+				return
+			}
+		case StateFree:
+			if k.held {
+				return
+			}
+		}
 		if q.Search != "" && !strings.Contains(k.key, q.Search) && !strings.Contains(k.owner, q.Search) {
 			return
 		}

@@ -135,13 +135,25 @@ const (
 	SortAttention LockSort = "attention"
 )
 
+// LockState names a LockQuery state filter.
+type LockState string
+
+// Lock states.
+const (
+	StateHeld   LockState = "held"
+	StateStuck  LockState = "stuck"  // held past its class's stuck threshold
+	StateWaited LockState = "waited" // held, with callers waiting for it now
+	StateFree   LockState = "free"
+)
+
 // LockQuery selects a page of tracked keys.
 type LockQuery struct {
-	Search   string   // substring of the key or owner; "" matches all
-	Class    string   // exact class; "" matches all
-	HeldOnly bool     // only keys held now
-	Sort     LockSort // "" means SortContentions
-	Asc      bool     // ascending instead of the default descending (SortKey: ascending by default)
+	Search   string    // substring of the key or owner; "" matches all
+	Class    string    // exact class; "" matches all
+	HeldOnly bool      // only keys held now
+	State    LockState // only keys in this state; "" matches all
+	Sort     LockSort  // "" means SortContentions
+	Asc      bool      // ascending instead of the default descending (SortKey: ascending by default)
 	Offset   int
 	Limit    int // 0 means 50; capped at 500
 }

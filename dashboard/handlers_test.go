@@ -751,6 +751,27 @@ func TestKeysOpenWithWhatNeedsAttention(t *testing.T) {
 	if want := []string{"stuck", "held-waited", "held", "free-hot"}; !slices.Equal(got, want) {
 		t.Errorf("/keys order = %v, want %v", got, want)
 	}
+	for state, want := range map[string][]string{
+		"stuck":  {"stuck"},
+		"waited": {"held-waited"},
+		"held":   {"stuck", "held-waited", "held"},
+		"free":   {"free-hot"},
+	} {
+		d := htmlDoc(t, f.do(t, req{target: "/keys?state=" + state + "&q=" + url.QueryEscape(p)}))
+		var keys []string
+		for _, a := range byTestID(d, "key-link") {
+			keys = append(keys, strings.TrimPrefix(text(a), p))
+		}
+		if !slices.Equal(keys, want) {
+			t.Errorf("/keys?state=%s = %v, want %v", state, keys, want)
+		}
+		if href := attr(byTag(one(t, d, "sort-contentions"), "a")[0], "href"); !strings.Contains(href, "state="+state) {
+			t.Errorf("/keys?state=%s: sort links drop the state filter: %q", state, href)
+		}
+	}
+	if rec := f.do(t, req{target: "/keys?state=bogus"}); rec.Code != 400 {
+		t.Errorf("/keys?state=bogus = %d, want 400", rec.Code)
+	}
 	th := one(t, doc, "sort-attention")
 	if attr(th, "aria-sort") != "descending" {
 		t.Errorf("the State header is not marked as the active sort")

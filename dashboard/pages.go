@@ -211,6 +211,12 @@ func lockQuery(qs url.Values, def collector.LockSort) (collector.LockQuery, erro
 		Class:    qs.Get("class"),
 		HeldOnly: qs.Get("held") == "1" || qs.Get("held") == "true",
 		Sort:     collector.LockSort(qs.Get("sort")),
+		State:    collector.LockState(qs.Get("state")),
+	}
+	switch lq.State {
+	case "", collector.StateHeld, collector.StateStuck, collector.StateWaited, collector.StateFree:
+	default:
+		return lq, errors.New("state must be one of held, stuck, waited, free")
 	}
 	if len(lq.Search) > 1024 {
 		return lq, errors.New("search is longer than 1024 bytes")
@@ -276,6 +282,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		Search:   lq.Search,
 		Class:    lq.Class,
 		HeldOnly: lq.HeldOnly,
+		State:    string(lq.State),
 		Sort:     string(lq.Sort),
 		Asc:      lq.Asc,
 		Classes:  s.q.Classes(),
@@ -299,6 +306,9 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		if lq.HeldOnly {
 			q.Set("held", "1")
 		}
+		if lq.State != "" {
+			q.Set("state", string(lq.State))
+		}
 		q.Set("sort", string(sort))
 		if n > 1 {
 			q.Set("page", strconv.Itoa(n))
@@ -318,7 +328,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 	}
 	switch {
 	case res.Total > 0:
-	case lq.Search != "" || lq.Class != "" || lq.HeldOnly:
+	case lq.Search != "" || lq.Class != "" || lq.HeldOnly || lq.State != "":
 		v.Empty = "No tracked key matches these filters."
 	default:
 		v.Empty = "No keys tracked yet. Keys appear with the first event an instrumented client sends."

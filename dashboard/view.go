@@ -220,6 +220,7 @@ type keysView struct {
 	Search   string
 	Class    string
 	HeldOnly bool
+	State    string
 	Sort     string
 	Asc      bool
 	Classes  []string
