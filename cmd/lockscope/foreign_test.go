@@ -24,16 +24,8 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_OPERATOR_TOKEN=s3cret"},
-		"serve", "--watch", "py:*,rs:*", "--watch-no-ttl")
-	eventually(t, 15*time.Second, func() string {
-		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
-		}
-		return ""
-	})
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=s3cret"},
+		"--watch", "py:*,rs:*", "--watch-no-ttl")
 
 	// redis-py's Lock.acquire and redsync's Mutex.Lock, command for command.
 	locks := map[string]struct{ token, owner string }{
@@ -151,9 +143,7 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr}, "serve", "--watch", "py:*", "--watch-no-ttl")
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}, "--watch", "py:*", "--watch-no-ttl")
 	const key, token = "py:nightly-report", "0d9f7c3e5b2a41e8a6c4b2d0e8f6a4c2"
 	if err := rdb.SetNX(ctx, key, token, 0).Err(); err != nil { // redis-py Lock(timeout=None).acquire()
 		t.Fatal(err)
@@ -240,15 +230,7 @@ func TestForcedReleaseOfConstantValues(t *testing.T) {
 
 	// The dashboard's confirmation: the same rule, with a checkbox.
 	rdb.Set(ctx, "flag:deploy", "1", 0)
-	addr := freeAddr(t)
-	base := "http://" + addr
-	start(t, append(env, "LOCKSCOPE_LISTEN="+addr, "LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=pw"), "serve")
-	eventually(t, 15*time.Second, func() string {
-		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
-		}
-		return ""
-	})
+	base, _ := serveReady(t, append(env, "LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=pw"))
 	resp, page := request(t, base+"/keys/flag:deploy/release", "", "ops", "pw")
 	if resp.StatusCode != 200 || !strings.Contains(page, `data-testid="ambiguous-warning"`) || !strings.Contains(page, `name="accept_ambiguous"`) {
 		t.Fatalf("confirmation = %d; want the warning and the checkbox:\n%s", resp.StatusCode, page)
@@ -282,16 +264,7 @@ func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	addr := freeAddr(t)
-	base := "http://" + addr
-	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"},
-		"serve", "--watch", "py:*")
-	eventually(t, 15*time.Second, func() string {
-		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
-		}
-		return ""
-	})
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"}, "--watch", "py:*")
 	const key, token = "py:export-9", "9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4"
 	rdb.SetNX(ctx, key, token, time.Minute)
 	eventually(t, 10*time.Second, func() string {

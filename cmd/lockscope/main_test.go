@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -204,3 +205,20 @@ func get(ctx context.Context, url string) (int, string, error) {
 // goTool is the go command running these tests: "go test" puts its own
 // GOROOT/bin first on the test's PATH (since Go 1.19).
 func goTool() string { return "go" }
+
+// serveReady starts `lockscope serve` on a free loopback address with env
+// ("NAME=value") and args, waits until /readyz answers 200, and returns its
+// base URL and the process.
+func serveReady(t *testing.T, env []string, args ...string) (string, *proc) {
+	t.Helper()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	p := start(t, slices.Concat(env, []string{"LOCKSCOPE_LISTEN=" + addr}), slices.Concat([]string{"serve"}, args)...)
+	eventually(t, 15*time.Second, func() string {
+		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
+			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+		}
+		return ""
+	})
+	return base, p
+}

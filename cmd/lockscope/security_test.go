@@ -43,16 +43,7 @@ func request(t *testing.T, url, host, user, pass string) (*http.Response, string
 func TestPasswordGuessingIsLoggedCountedAndRefused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
-	addr := freeAddr(t)
-	base := "http://" + addr
-	p := start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr,
-		"LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=correct-horse"}, "serve")
-	eventually(t, 15*time.Second, func() string {
-		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
-		}
-		return ""
-	})
+	base, p := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=correct-horse"})
 	if resp, _ := request(t, base+"/api/v1/overview", "", "ops", "correct-horse"); resp.StatusCode != 200 {
 		t.Fatalf("right password: %d, want 200", resp.StatusCode)
 	}
@@ -92,15 +83,8 @@ func TestPasswordGuessingIsLoggedCountedAndRefused(t *testing.T) {
 func TestForeignHostNamesAreRefused(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
-	addr := freeAddr(t)
-	base := "http://" + addr
-	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr}, "serve")
-	eventually(t, 15*time.Second, func() string {
-		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
-		}
-		return ""
-	})
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()})
+	addr := strings.TrimPrefix(base, "http://")
 	port := addr[strings.LastIndex(addr, ":"):]
 	for host, want := range map[string]int{
 		"rebind.attacker.example" + port: http.StatusMisdirectedRequest,
@@ -132,17 +116,8 @@ func TestReleasesWithNamedTokensNameWho(t *testing.T) {
 	if err := os.WriteFile(file, []byte("# on-call tokens\nalice  tok-alice-0123456789\nci-bot tok-ci-bot-0123456789\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
-	base := "http://" + addr
 	const stream = "named:events"
-	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_STREAM=" + stream,
-		"LOCKSCOPE_OPERATOR_TOKENS_FILE=" + file}, "serve")
-	eventually(t, 15*time.Second, func() string {
-		if code, _, err := get(ctx, base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
-		}
-		return ""
-	})
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=" + stream, "LOCKSCOPE_OPERATOR_TOKENS_FILE=" + file})
 	rdb.Set(ctx, "job:stuck", "5f0c6e1aa7e211ef9c2b0242ac120002", time.Minute)
 	body := fmt.Sprintf(`{"fingerprint": %q, "reason": "hung"}`, lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002"))
 	for tok, want := range map[string]int{"tok-wrong-0123456789": 401, "tok-ci-bot-0123456789": 200} {
