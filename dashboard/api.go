@@ -262,16 +262,14 @@ type apiHolder struct {
 }
 
 func newAPIHolder(h *lock.Holder) *apiHolder {
-	if h.TTL < 0 {
-		a := newAPIHolder(&lock.Holder{Key: h.Key, Owner: h.Owner, Lease: h.Lease, Fence: h.Fence, Since: h.Since,
-			Fingerprint: h.Fingerprint, Foreign: h.Foreign, Degraded: h.Degraded})
-		a.TTL, a.NoExpiry = -1, true
-		return a
-	}
-	return &apiHolder{
+	a := &apiHolder{
 		Owner: h.Owner, OwnerB64: b64IfInvalid(h.Owner), Lease: h.Lease, Fence: h.Fence, TTL: seconds(h.TTL),
 		Since: timeOrNil(h.Since), Fingerprint: h.Fingerprint, Foreign: h.Foreign, Degraded: h.Degraded,
 	}
+	if h.TTL < 0 { // no expiry: -1, not the -1ns the TTL carries
+		a.TTL, a.NoExpiry = -1, true
+	}
+	return a
 }
 
 type apiLockDetail struct {
