@@ -41,13 +41,7 @@ func TestForeignLocksInBrowser(t *testing.T) {
 	const pyKey, pyToken = "py:invoice-7", "5f0c6e1aa7e211ef9c2b0242ac120002"
 	const flagKey = "flag:deploy"
 	bctx := startBrowser(t, ctx)
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	must("start browser", chromedp.Do(bctx, chromedp.EmulateViewport(1280, 900)))
+	must(t, "start browser", chromedp.Do(bctx, chromedp.EmulateViewport(1280, 900)))
 	// The collector's watch is subscribed once its rescan has run: locks
 	// taken after that are seen being acquired.
 	deadline := time.Now().Add(10 * time.Second)
@@ -64,41 +58,41 @@ func TestForeignLocksInBrowser(t *testing.T) {
 	}
 
 	// Anonymous: the key page names the holder, never the token.
-	must("open the redis-py lock", chromedp.Do(bctx,
+	must(t, "open the redis-py lock", chromedp.Do(bctx,
 		chromedp.Navigate(ts.URL+keyPath(pyKey)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="holder-owner"]`)),
 	))
 	owner, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`[data-testid="holder-owner"]`)))
-	must("read holder", err)
+	must(t, "read holder", err)
 	if want := lock.ForeignOwner(pyToken); !strings.Contains(owner, want) {
 		t.Errorf("holder = %q, want %q", owner, want)
 	}
 	html, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.documentElement.outerHTML`))
-	must("read page", err)
+	must(t, "read page", err)
 	if strings.Contains(html, pyToken) {
 		t.Errorf("the key page shows redis-py's token %s to an anonymous visitor", pyToken)
 	}
 	wait, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`[data-testid="wait-dist-empty"]`)))
-	must("read wait card", err)
+	must(t, "read wait card", err)
 	if !strings.Contains(wait, "Unknown") {
 		t.Errorf("wait card of a passive lock = %q, want it unknown", wait)
 	}
 
 	// The lock without expiry carries its warning on /keys.
-	must("open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
+	must(t, "open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
 		`[...document.querySelectorAll('[data-testid="no-expiry"]')].some(b => b.closest('tr').textContent.includes(`+jsString(flagKey)+`))`,
 		chromedp.WithPollingTimeout(5*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	must("no-expiry warning on /keys", err)
+	must(t, "no-expiry warning on /keys", err)
 
 	// Operator: the release of "1" without expiry needs the box ticked.
 	_, err = chromedp.Call(bctx, network.Enable, network.EnableParams{})
-	must("network.enable", err)
+	must(t, "network.enable", err)
 	_, err = chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
 		Headers: network.Headers{"Authorization": "Bearer e2e-token"},
 	})
-	must("set operator header", err)
-	must("open the confirmation", chromedp.Do(bctx,
+	must(t, "set operator header", err)
+	must(t, "open the confirmation", chromedp.Do(bctx,
 		chromedp.Navigate(ts.URL+releasePath(flagKey)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="ambiguous-warning"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="reason"]`), "deploy flag left by a crashed job"),
@@ -109,17 +103,17 @@ func TestForeignLocksInBrowser(t *testing.T) {
 		t.Fatal("released without the box ticked")
 	}
 	valid, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.querySelector('[data-testid="release-form"]').checkValidity()`))
-	must("form validity", err)
+	must(t, "form validity", err)
 	if valid {
 		t.Error("the form is valid without the box ticked")
 	}
-	must("tick and confirm", chromedp.Do(bctx,
+	must(t, "tick and confirm", chromedp.Do(bctx,
 		chromedp.Click(chromedp.CSS(`[data-testid="accept-ambiguous"]`)),
 		chromedp.Click(chromedp.CSS(`[data-testid="confirm-release"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="release-result"]`)),
 	))
 	outcome, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`[data-testid="release-result"]`), "data-outcome"))
-	must("read outcome", err)
+	must(t, "read outcome", err)
 	if outcome.Value != "released" {
 		t.Errorf("release outcome = %q, want released", outcome.Value)
 	}

@@ -128,15 +128,9 @@ func TestEndToEndBrowser(t *testing.T) {
 	// The browser.
 	bctx := startBrowser(t, ctx)
 
-	must := func(what string, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
 	// Start the browser before anything else uses the context: two
 	// concurrent first uses would each launch one.
-	must("start browser", chromedp.Do(bctx, chromedp.EmulateViewport(1280, 900)))
+	must(t, "start browser", chromedp.Do(bctx, chromedp.EmulateViewport(1280, 900)))
 
 	// Page errors and CSP violations fail the test.
 	var consoleMu sync.Mutex
@@ -156,18 +150,18 @@ func TestEndToEndBrowser(t *testing.T) {
 	}()
 
 	_, err = chromedp.Call(bctx, network.Enable, network.EnableParams{})
-	must("network.enable", err)
+	must(t, "network.enable", err)
 	_, err = chromedp.Call(bctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{
 		Headers: network.Headers{"Authorization": "Bearer " + token},
 	})
-	must("set operator header", err)
+	must(t, "set operator header", err)
 
 	// Refresh every 2 s, then open the overview and wait for the hot key.
-	must("open overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/")))
+	must(t, "open overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/")))
 	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`localStorage.setItem("lockscope.live", JSON.stringify({paused:false, interval:2}))`))
-	must("set refresh interval", err)
+	must(t, "set refresh interval", err)
 	shownAt := time.Now()
-	must("reload overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/?window=1m&by=contentions")))
+	must(t, "reload overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/?window=1m&by=contentions")))
 	hotHref := keyPath(hot)
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
 		`[...document.querySelectorAll('[data-testid="hotkey-row"]')].slice(0, 3).some(r => r.querySelector('a').getAttribute('href') === `+jsString(hotHref)+`)`,
@@ -181,62 +175,62 @@ func TestEndToEndBrowser(t *testing.T) {
 	// Live refresh swaps the content in place; pausing stops it and persists.
 	liveStatus := func() string {
 		s, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("live-status").textContent`))
-		must("read live status", err)
+		must(t, "read live status", err)
 		return s
 	}
 	if got := liveStatus(); got != "live · 2 s" {
 		t.Errorf("live status = %q, want %q", got, "live · 2 s")
 	}
 	_, err = chromedp.Run(bctx, chromedp.Evaluate[chromedp.Void](`window.__marker = document.getElementById("content"); window.__rendered = document.querySelector('[data-testid="rendered"]').textContent`))
-	must("mark content", err)
+	must(t, "mark content", err)
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.getElementById("content") !== window.__marker`,
 		chromedp.WithPollingTimeout(4*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	must("content refreshed in place within 4 s", err)
+	must(t, "content refreshed in place within 4 s", err)
 	// The footer's "rendered" time follows the refresh (it is outside #content).
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelector('[data-testid="rendered"]').textContent !== window.__rendered`,
 		chromedp.WithPollingTimeout(3*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	must("footer's rendered time follows the live refresh", err)
-	must("pause", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
+	must(t, "footer's rendered time follows the live refresh", err)
+	must(t, "pause", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
 	if got := liveStatus(); got != "paused" {
 		t.Errorf("live status after pause = %q, want paused", got)
 	}
 	stored, err := chromedp.Run(bctx, chromedp.Evaluate[string](`localStorage.getItem("lockscope.live")`))
-	must("read stored live settings", err)
+	must(t, "read stored live settings", err)
 	if stored != `{"paused":true,"interval":2}` {
 		t.Errorf("stored live settings = %q, want paused with interval 2", stored)
 	}
-	must("resume", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
+	must(t, "resume", chromedp.Do(bctx, chromedp.Click(chromedp.ID("live-toggle"))))
 
 	// Let the holder become stuck and the orphan expire, so the screenshot
 	// shows every part of the overview, then save it.
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
 		`document.querySelectorAll('[data-testid="stuck-row"]').length > 0 && document.querySelectorAll('[data-testid="expiration-row"]').length > 0`,
 		chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	must("stuck lock and expiration on the overview", err)
+	must(t, "stuck lock and expiration on the overview", err)
 	shot, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
-	must("screenshot", err)
-	must("save screenshot", os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644))
+	must(t, "screenshot", err)
+	must(t, "save screenshot", os.WriteFile(filepath.Join("..", "docs", "dashboard.png"), shot, 0o644))
 	saveExtraShot(t, bctx, "overview")
 
 	// Click through to the key.
-	must("click hot key", chromedp.Do(bctx,
+	must(t, "click hot key", chromedp.Do(bctx,
 		chromedp.Click(chromedp.CSS(`[data-testid="hotkey-row"] a[href="`+hotHref+`"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="key-title"]`)),
 	))
 	title, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`[data-testid="key-title"]`)))
-	must("read key title", err)
+	must(t, "read key title", err)
 	if title != hot {
 		t.Errorf("detail page title = %q, want %q", title, hot)
 	}
 	owner, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(`[data-testid="holder-owner"]`)))
-	must("read holder", err)
+	must(t, "read holder", err)
 	if !strings.Contains(owner, "billing-worker/ip-10-0-3-17/4242") {
 		t.Errorf("detail holder = %q, want billing-worker/ip-10-0-3-17/4242", owner)
 	}
 	saveExtraShot(t, bctx, "key")
 
 	// Force-release it with a reason.
-	must("open confirmation", chromedp.Do(bctx,
+	must(t, "open confirmation", chromedp.Do(bctx,
 		chromedp.Click(chromedp.CSS(`[data-testid="release-link"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="release-form"]`)),
 		chromedp.SendKeys(chromedp.CSS(`[data-testid="reason"]`), "worker wedged on a dead DB connection, INC-2412"),
@@ -246,12 +240,12 @@ func TestEndToEndBrowser(t *testing.T) {
 	stopHot()
 	hotWG.Wait()
 	released := time.Now()
-	must("confirm release", chromedp.Do(bctx,
+	must(t, "confirm release", chromedp.Do(bctx,
 		chromedp.Click(chromedp.CSS(`[data-testid="confirm-release"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`[data-testid="release-result"]`)),
 	))
 	outcome, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`[data-testid="release-result"]`), "data-outcome"))
-	must("read outcome", err)
+	must(t, "read outcome", err)
 	if outcome.Value != "released" {
 		t.Errorf("release outcome = %q, want released", outcome.Value)
 	}
@@ -271,11 +265,11 @@ func TestEndToEndBrowser(t *testing.T) {
 	}
 
 	// The release went through the event stream: the overview lists it.
-	must("back to the overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/")))
+	must(t, "back to the overview", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/")))
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
 		`[...document.querySelectorAll('[data-testid="forced-row"]')].some(r => r.textContent.includes("oncall-ana") && r.textContent.includes("INC-2412"))`,
 		chromedp.WithPollingTimeout(5*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	must("forced release listed on the overview", err)
+	must(t, "forced release listed on the overview", err)
 
 	// A deadlock between two services (nested Do): the banner names both
 	// owners and keys, with a forced release of each for the operator; the
@@ -300,7 +294,7 @@ func TestEndToEndBrowser(t *testing.T) {
 	dlReady.Wait()
 	close(both)
 	formed := time.Now()
-	must("open blocking page", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/blocking")))
+	must(t, "open blocking page", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/blocking")))
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
 		`(() => { const b = document.querySelector('[data-testid="deadlock-banner"]'); return !!b && b.textContent.includes("payments-api") && b.textContent.includes("ledger-sync") && b.querySelectorAll('[data-testid="deadlock-release"]').length === 2 && document.querySelectorAll('[data-testid="blocking-row"]').length >= 2 })()`,
 		chromedp.WithPollingTimeout(4*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
@@ -310,14 +304,14 @@ func TestEndToEndBrowser(t *testing.T) {
 	}
 	t.Logf("deadlock shown in the browser %v after it formed", time.Since(formed).Round(time.Millisecond))
 	saveShot(t, bctx, "blocking")
-	must("open a deadlocked key", chromedp.Do(bctx, chromedp.Navigate(ts.URL+keyPath(ledger))))
+	must(t, "open a deadlocked key", chromedp.Do(bctx, chromedp.Navigate(ts.URL+keyPath(ledger))))
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelectorAll('[data-testid="waiter-row"]').length === 1 && document.querySelector('[data-testid="waiter-row"]').textContent.includes("ledger-sync")`,
 		chromedp.WithPollingTimeout(3*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
-	must("the key page lists its waiter", err)
+	must(t, "the key page lists its waiter", err)
 	dl.Wait()
 
 	if os.Getenv("LOCKSCOPE_SHOTS") != "" {
-		must("open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
+		must(t, "open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))
 		saveExtraShot(t, bctx, "keys")
 	}
 
@@ -372,6 +366,14 @@ func saveExtraShot(t *testing.T, ctx context.Context, name string) {
 		return
 	}
 	os.WriteFile(filepath.Join(dir, name+".png"), b, 0o644)
+}
+
+// must fails the test when a browser step failed.
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
 }
 
 // startBrowser starts headless Chromium for the test; it ends with ctx or

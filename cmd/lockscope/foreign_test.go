@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -96,13 +95,8 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, b := send(t, req)
+		return resp.StatusCode, b
 	}
 	reveal := "/api/v1/locks/" + url.PathEscape("py:invoice-7") + "?reveal=value"
 	if code, body := do(reveal, ""); code != http.StatusUnauthorized || strings.Contains(body, locks["py:invoice-7"].token) {
@@ -239,13 +233,8 @@ func TestForcedReleaseOfConstantValues(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/keys/flag:deploy/release", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.SetBasicAuth("ops", "pw")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		resp, b := send(t, req)
+		return resp.StatusCode, b
 	}
 	form := url.Values{"fingerprint": {lock.Fingerprint("1")}, "reason": {"deploy hung"}}
 	if code, body := post(form); code != http.StatusConflict || !strings.Contains(body, "Cannot tell") || rdb.Exists(ctx, "flag:deploy").Val() != 1 {
@@ -274,17 +263,8 @@ func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
 		}
 		return ""
 	})
-	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/"+key+"/release",
-		strings.NewReader(fmt.Sprintf(`{"fingerprint": %q, "reason": "export hung"}`, lock.Fingerprint(token))))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer s3cret-token-0123")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("release = %d", resp.StatusCode)
+	if code, body := apiRelease(t, base, key, lock.Fingerprint(token), "export hung", "s3cret-token-0123"); code != 200 {
+		t.Fatalf("release = %d %s", code, body)
 	}
 	eventually(t, 10*time.Second, func() string {
 		_, m, _ := get(ctx, base+"/metrics")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,6 +201,33 @@ func get(ctx context.Context, url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// send does req and returns the response (body read and closed) and its
+// body; a transport error fails the test.
+func send(t *testing.T, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// apiRelease POSTs a forced release of key to the JSON API with a bearer
+// token ("" for none) and returns the status and body.
+func apiRelease(t *testing.T, base, key, fingerprint, reason, token string) (int, string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"fingerprint": %q, "reason": %q}`, fingerprint, reason)
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/"+url.PathEscape(key)+"/release", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, b := send(t, req)
+	return resp.StatusCode, b
 }
 
 // goTool is the go command running these tests: "go test" puts its own

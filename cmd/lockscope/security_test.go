@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strings"
@@ -28,13 +27,7 @@ func request(t *testing.T, url, host, user, pass string) (*http.Response, string
 	if user != "" {
 		req.SetBasicAuth(user, pass)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp, string(b)
+	return send(t, req)
 }
 
 // Wrong passwords are logged with source and user (not one line each),
@@ -119,19 +112,10 @@ func TestReleasesWithNamedTokensNameWho(t *testing.T) {
 	const stream = "named:events"
 	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=" + stream, "LOCKSCOPE_OPERATOR_TOKENS_FILE=" + file})
 	rdb.Set(ctx, "job:stuck", "5f0c6e1aa7e211ef9c2b0242ac120002", time.Minute)
-	body := fmt.Sprintf(`{"fingerprint": %q, "reason": "hung"}`, lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002"))
 	for tok, want := range map[string]int{"tok-wrong-0123456789": 401, "tok-ci-bot-0123456789": 200} {
-		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/job:stuck/release", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want || want == 200 && !strings.Contains(string(b), `"by":"ci-bot"`) {
-			t.Errorf("release with %s = %d %s, want %d (by ci-bot)", tok, resp.StatusCode, b, want)
+		code, b := apiRelease(t, base, "job:stuck", lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002"), "hung", tok)
+		if code != want || want == 200 && !strings.Contains(b, `"by":"ci-bot"`) {
+			t.Errorf("release with %s = %d %s, want %d (by ci-bot)", tok, code, b, want)
 		}
 	}
 	eventually(t, 10*time.Second, func() string {

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -278,21 +276,7 @@ func TestServeForcedReleaseFromTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	post := func(token string) (int, string) {
-		body := fmt.Sprintf(`{"fingerprint": %q, "reason": "hung export"}`, h.Fingerprint)
-		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/locks/"+url.PathEscape(key)+"/release", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	post := func(token string) (int, string) { return apiRelease(t, base, key, h.Fingerprint, "hung export", token) }
 	if code, body := post(""); code != http.StatusUnauthorized && code != http.StatusForbidden {
 		t.Errorf("release without the token: %d %s, want 401 or 403", code, body)
 	}
