@@ -199,6 +199,9 @@ func New(rdb redis.UniversalClient, agg *Aggregator, opt *Options) *Collector {
 	if !replica {
 		close(c.replayed)
 	}
+	// Not ready until Run has read the group: a server that starts serving
+	// before Run begins must not report ready in between.
+	agg.SetHealth(errStarting)
 	return c
 }
 

@@ -90,7 +90,6 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 				}
 				c.rebuilt = true
 				close(c.replayed)
-				f.ok()
 			}
 			if err := c.setup(ctx); err != nil {
 				f.fail(ctx, err)
@@ -101,6 +100,9 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 				continue
 			}
 			ready, nextClaim = true, time.Time{}
+			// The group is read: ready, without waiting for the first
+			// blocking read to return.
+			f.ok()
 		}
 		if !time.Now().Before(nextClaim) {
 			// XAUTOCLAIM also returns this consumer's own entries once idle
