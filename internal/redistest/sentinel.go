@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ type Sentinel struct {
 	cmds            []*exec.Cmd
 	done            []chan struct{}
 	dir             string
+	old             string // the master before the last Failover
 }
 
 // StartSentinel starts a Sentinel set, closed at the end of the test. It
@@ -128,7 +131,8 @@ func (s *Sentinel) URL() string {
 	return "redis://" + a[0] + "?master_name=" + SentinelMaster + "&addr=" + a[1]
 }
 
-// Failover makes the replica the master and waits until Sentinel says so.
+// Failover makes the replica the master and waits until the first Sentinel
+// names the new master: what a client that asks it sees.
 func (s *Sentinel) Failover(ctx context.Context) error {
 	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addrs()[0]})
 	defer sc.Close()
@@ -139,17 +143,50 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 	if err := sc.Failover(ctx, SentinelMaster).Err(); err != nil {
 		return err
 	}
-	for {
+	s.old = net.JoinHostPort(before[0], before[1])
+	return poll(ctx, "failover did not complete", func() bool {
 		now, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
-		if err == nil && now[1] != before[1] {
-			return nil
+		return err == nil && now[1] != before[1]
+	})
+}
+
+// Settled waits, after Failover, until every Sentinel names the new master
+// (go-redis asks them all and takes the first answer: one that has not heard
+// yet names the old master) and the old master replicates from the new one.
+// Until then a new client may still reach the old master.
+func (s *Sentinel) Settled(ctx context.Context) error {
+	var scs []*redis.SentinelClient
+	for _, a := range s.Addrs() {
+		c := redis.NewSentinelClient(&redis.Options{Addr: a})
+		defer c.Close()
+		scs = append(scs, c)
+	}
+	old := redis.NewClient(&redis.Options{Addr: s.old})
+	defer old.Close()
+	return poll(ctx, "failover did not settle", func() bool {
+		var master string
+		for _, c := range scs {
+			m, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
+			if err != nil || net.JoinHostPort(m[0], m[1]) == s.old || (master != "" && m[1] != master) {
+				return false
+			}
+			master = m[1]
 		}
+		info, err := old.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_port:"+master+"\r") &&
+			strings.Contains(info, "master_link_status:up")
+	})
+}
+
+func poll(ctx context.Context, what string, done func() bool) error {
+	for !done() {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redistest: failover did not complete: %w", ctx.Err())
+			return fmt.Errorf("redistest: %s: %w", what, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	return nil
 }
 
 // Close stops everything.

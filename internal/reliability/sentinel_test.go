@@ -57,7 +57,13 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	t.Logf("serve ready and ingesting from the new master %v after the failover began", time.Since(start).Round(time.Millisecond))
 
 	// A lock held through Sentinel on the new master: `locks` finds it
-	// (the load's own holds are too short to be caught reliably).
+	// (the load's own holds are too short to be caught reliably). A new
+	// client may ask a Sentinel that has not heard of the failover yet and
+	// reach the old master: wait until all of them agree.
+	if err := sn.Settled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("every Sentinel agrees and the old master replicates %v after the failover began", time.Since(start).Round(time.Millisecond))
 	fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: redistest.SentinelMaster, SentinelAddrs: sn.Addrs()})
 	defer fc.Close()
 	l, err := lock.New(fc, &lock.Options{Owner: "sentinel-test"}).Obtain(ctx, "sn:held-after-failover", time.Minute, nil)
