@@ -16,7 +16,8 @@ export FUZZCOUNT_FuzzKeyThroughDashboard ?= 3000x
 test: deps check-generated tidy vet staticcheck unit fuzz compose
 
 # Installs the programs the tests run (redis-server, promtool, prometheus,
-# amtool, chromium, docker-compose) when one is missing.
+# amtool, chromium, docker-compose, node, npm) when one is missing, and the
+# accessibility checkers in tools/a11y (npm ci).
 deps:
 	@bash scripts/deps.sh
 

@@ -66,7 +66,7 @@ func blockingPage(v blockingView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<div class=\"table-wrap\"><table class=\"table\"><thead><tr><th scope=\"col\">Key</th><th scope=\"col\">Holder</th><th scope=\"col\">Held for</th><th scope=\"col\" class=\"num\">Waiters</th><th scope=\"col\" class=\"num\">Waited so far</th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<section class=\"table-wrap\" tabindex=\"0\" aria-label=\"Holders with waiters\"><table class=\"table\"><thead><tr><th scope=\"col\">Key</th><th scope=\"col\">Holder</th><th scope=\"col\">Held for</th><th scope=\"col\" class=\"num\">Waiters</th><th scope=\"col\" class=\"num\">Waited so far</th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -150,7 +150,7 @@ func blockingPage(v blockingView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "</tbody></table></div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "</tbody></table></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -219,7 +219,7 @@ func keyPage(v keyView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<div class=\"table-wrap\"><table class=\"table\" data-testid=\"waiters\"><thead><tr><th scope=\"col\">Owner</th><th scope=\"col\">Waiting for</th><th scope=\"col\">Gives up</th><th scope=\"col\">Holds</th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<section class=\"table-wrap\" tabindex=\"0\" aria-label=\"Waiters\"><table class=\"table\" data-testid=\"waiters\"><thead><tr><th scope=\"col\">Owner</th><th scope=\"col\">Waiting for</th><th scope=\"col\">Gives up</th><th scope=\"col\">Holds</th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -289,7 +289,7 @@ func keyPage(v keyView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 28, "</tbody></table></div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 28, "</tbody></table></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -417,7 +417,7 @@ func keyPage(v keyView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 43, "<div class=\"table-wrap\"><table class=\"table table-compact\"><thead><tr><th>Time</th><th class=\"num\">Ago</th><th>Event</th><th>Owner</th><th>Detail</th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 43, "<section class=\"table-wrap\" tabindex=\"0\" aria-label=\"Recent events\"><table class=\"table table-compact\"><thead><tr><th>Time</th><th class=\"num\">Ago</th><th>Event</th><th>Owner</th><th>Detail</th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -535,7 +535,7 @@ func keyPage(v keyView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 54, "</tbody></table></div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 54, "</tbody></table></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

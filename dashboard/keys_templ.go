@@ -264,7 +264,7 @@ func keysPage(v keysView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 34, "<div class=\"table-wrap\"><table class=\"table fixed tmin-keys\" data-testid=\"keys-table\"><colgroup><col> <col class=\"w-kclass\"> <col class=\"w-state\"> <col class=\"w-kowner\"> <col class=\"w-kheld\"> <col class=\"w-kwait\"> <col class=\"w-kacq\"> <col class=\"w-kcont\"> <col class=\"w-kavg\"> <col class=\"w-kavg\"> <col class=\"w-klast\"></colgroup> <thead><tr>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 34, "<section class=\"table-wrap\" tabindex=\"0\" aria-label=\"Keys\"><table class=\"table fixed tmin-keys\" data-testid=\"keys-table\"><colgroup><col> <col class=\"w-kclass\"> <col class=\"w-state\"> <col class=\"w-kowner\"> <col class=\"w-kheld\"> <col class=\"w-kwait\"> <col class=\"w-kacq\"> <col class=\"w-kcont\"> <col class=\"w-kavg\"> <col class=\"w-kavg\"> <col class=\"w-klast\"></colgroup> <thead><tr>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -486,12 +486,12 @@ func keysPage(v keysView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 55, "</tbody></table></div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 55, "</tbody></table></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 56, "</section><nav class=\"pager\" data-testid=\"pager\"><span class=\"muted\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 56, "</section><nav class=\"pager\" data-testid=\"pager\" aria-label=\"Pages\"><span class=\"muted\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -553,7 +553,7 @@ func keysPage(v keysView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 62, "<span class=\"btn btn-ghost disabled\">← Previous</span> ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 62, "<span class=\"btn btn-ghost disabled\" aria-disabled=\"true\">← Previous</span> ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -607,7 +607,7 @@ func keysPage(v keysView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 68, "<span class=\"btn btn-ghost disabled\">Next →</span>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 68, "<span class=\"btn btn-ghost disabled\" aria-disabled=\"true\">Next →</span>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -316,7 +316,7 @@ func overviewPage(v overviewView) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			} else {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "<div class=\"table-wrap\"><table class=\"table fixed tmin-hot\"><colgroup><col class=\"w-rank\"> <col> <col class=\"w-class\"> <col class=\"w-cont\"> <col class=\"w-wait\"> <col class=\"w-acq\"> <col class=\"w-bar\"></colgroup> <thead><tr><th class=\"num rank\">#</th><th>Key</th><th>Class</th><th class=\"num\">Contentions</th><th class=\"num\">Total wait</th><th class=\"num\">Acquired</th><th class=\"bar-col\"><span class=\"sr\">Share</span></th></tr></thead> <tbody>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 26, "<section class=\"table-wrap\" tabindex=\"0\" aria-label=\"Hot keys\"><table class=\"table fixed tmin-hot\"><colgroup><col class=\"w-rank\"> <col> <col class=\"w-class\"> <col class=\"w-cont\"> <col class=\"w-wait\"> <col class=\"w-acq\"> <col class=\"w-bar\"></colgroup> <thead><tr><th class=\"num rank\">#</th><th>Key</th><th>Class</th><th class=\"num\">Contentions</th><th class=\"num\">Total wait</th><th class=\"num\">Acquired</th><th class=\"bar-col\"><span class=\"sr\">Share</span></th></tr></thead> <tbody>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -426,7 +426,7 @@ func overviewPage(v overviewView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 37, "</tbody></table></div>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 37, "</tbody></table></section>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the programs the test suite runs for real (redis-server, promtool,
-# prometheus, amtool, chromium, docker-compose) when any is missing: with
-# apt-get when root on Debian, otherwise it prints the one command to run and
-# fails. Go tools (templ, staticcheck) come from go.mod's tool directives.
+# prometheus, amtool, chromium, docker-compose, node and npm) when any is
+# missing: with apt-get when root on Debian, otherwise it prints the one
+# command to run and fails. Then the dashboard's accessibility checkers
+# (axe-core, html-validate) from tools/a11y/package-lock.json with npm ci.
+# Go tools (templ, staticcheck) come from go.mod's tool directives.
 set -euo pipefail
 declare -A pkg=(
   [redis-server]=redis-server
@@ -11,14 +13,27 @@ declare -A pkg=(
   [amtool]=prometheus-alertmanager
   [chromium]=chromium
   [docker-compose]=docker-compose
+  [node]=nodejs
+  [npm]=npm
 )
 need=()
-for cmd in redis-server promtool prometheus amtool chromium docker-compose; do
+for cmd in redis-server promtool prometheus amtool chromium docker-compose node npm; do
   command -v "$cmd" >/dev/null 2>&1 && continue
   p=${pkg[$cmd]}
   [[ " ${need[*]-} " == *" $p "* ]] || need+=("$p")
 done
-[ ${#need[@]} -eq 0 ] && exit 0
+a11y="$(cd "$(dirname "$0")/.." && pwd)/tools/a11y"
+npm_ci() {
+  # Reinstalled only when the lock file changed since the last install.
+  if [ ! -f "$a11y/node_modules/.package-lock.json" ] || [ "$a11y/package-lock.json" -nt "$a11y/node_modules/.package-lock.json" ]; then
+    echo "deps: npm ci in tools/a11y (axe-core, html-validate)"
+    npm ci --prefix "$a11y" --no-audit --no-fund --loglevel=error
+  fi
+}
+if [ ${#need[@]} -eq 0 ]; then
+  npm_ci
+  exit 0
+fi
 echo "deps: installing ${need[*]}"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   apt-get update -qq
@@ -30,3 +45,4 @@ else
   echo "deps: missing ${need[*]}; install them first: sudo apt-get install ${need[*]}" >&2
   exit 1
 fi
+npm_ci
