@@ -25,9 +25,10 @@ func demoCommand() *command {
 		long: `Demo starts everything in one process: an embedded Redis (unless --redis is
 given), the simulated lock users of 'lockscope load', the collector and the
 dashboard with /metrics. It prints the dashboard URL; live data shows within
-seconds. The simulated export worker hangs while holding its lock and shows as
-stuck after --stuck-after: force-release it from the dashboard with the
-operator login the demo prints.
+seconds. The simulated export worker hangs while holding its lock, shows as
+stuck after --stuck-after and stays so, with other export pods queued behind
+it, until you force-release it from the dashboard with the operator login the
+demo prints.
 
 The embedded Redis is in memory and gone when the demo stops; it has no
 keyspace notifications, so expirations are detected by the collector alone.`,
@@ -91,6 +92,7 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 					return err
 				}
 				em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: rc.stream, Partitions: rc.partitions, Owner: "lockscope-demo", Logger: log})
+				ld.hangUntilReleased = true
 				sim, err := ld.simulator(rdb, em, log)
 				if err != nil {
 					closeEmitter(em, sc.http.grace)
@@ -103,7 +105,7 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 				if login != "" {
 					fmt.Fprintf(env.Stdout, "  operator login for forced releases: %s\n", login)
 				}
-				fmt.Fprintf(env.Stdout, "  simulating: cron replicas, payments, workflow editors, inventory, and a stuck, a crashing and a paused holder\n")
+				fmt.Fprintf(env.Stdout, "  simulating: cron replicas, payments, workflow editors, a hot inventory key, a stuck holder (until you release it) with a queue behind it, a crashing and a paused holder, and a deadlock\n")
 				fmt.Fprintf(env.Stdout, "  press Ctrl-C to stop\n")
 
 				if ld.duration > 0 {

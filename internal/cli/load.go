@@ -23,6 +23,9 @@ type loadConfig struct {
 	scenarios   []string
 	speed       float64
 	keyPrefix   string
+	// hangUntilReleased: the demo's hung export worker stays stuck until an
+	// operator releases it; load's ends after 90 s.
+	hangUntilReleased bool
 }
 
 func (c *loadConfig) define(f *flagSet, rate float64, concurrency int) {
@@ -59,6 +62,8 @@ func (c *loadConfig) simulator(rdb redis.UniversalClient, rec lock.Recorder, log
 		Speed:       c.speed,
 		KeyPrefix:   c.keyPrefix,
 		Logger:      log,
+
+		HangUntilReleased: c.hangUntilReleased,
 	})
 	if err != nil {
 		return nil, &Error{Code: ExitUsage, Err: err}

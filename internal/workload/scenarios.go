@@ -130,11 +130,15 @@ func (s *Simulator) holdUntil(ctx context.Context, l *lock.Lease, d time.Duratio
 // stuck is an export worker whose call to a partner API never returns. Its
 // lock's renewer is a separate goroutine and keeps working, so the lock
 // stays held, renewed, far past any normal hold: the stuck lock an operator
-// has to find and force-release. A watchdog ends the hang after 90 s (at
-// Speed 1); then the worker releases and, a while later, hangs again.
+// has to find and force-release. Other export pods are asked to run the same
+// tenant's export meanwhile: they queue behind the hung holder (waiting up to
+// 45 s each, a new one every 10 s, at most three at once) and give up. With
+// HangUntilReleased the hang lasts until an operator force-releases the
+// lock; otherwise a watchdog ends it after 90 s (at Speed 1). Then the
+// worker releases and, a while later, hangs again on another tenant.
 func (s *Simulator) stuck(ctx context.Context) {
 	r := s.rng()
-	if !sleep(ctx, s.scaled(2*time.Second)) {
+	if !sleep(ctx, s.scaled(time.Second)) {
 		return
 	}
 	for {
@@ -149,11 +153,67 @@ func (s *Simulator) stuck(ctx context.Context) {
 		if l != nil {
 			s.hangs.Add(1)
 			s.log.Debug("workload: export worker hangs holding its lock", "key", key)
-			if s.holdUntil(ctx, l, s.scaled(90*time.Second)) {
+			hang := s.scaled(90 * time.Second)
+			if s.opt.HangUntilReleased {
+				hang = time.Duration(1<<63 - 1)
+			}
+			stop := make(chan struct{})
+			var queue sync.WaitGroup
+			queue.Go(func() { s.exportQueue(ctx, stop, key) })
+			if s.holdUntil(ctx, l, hang) {
 				s.release(l)
 			}
+			close(stop) // those waiting now get the lock in turn
+			queue.Wait()
 		}
 		if !sleep(ctx, s.scaled(20*time.Second)) {
+			return
+		}
+	}
+}
+
+// exportQueue sends other export pods to key until stop closes: each waits
+// up to 45 s for the lock, runs the export for a second if it gets it, and
+// releases. It returns when the last of them is done.
+func (s *Simulator) exportQueue(ctx context.Context, stop <-chan struct{}, key string) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	waiting := make(chan struct{}, 3)
+	pause := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-stop:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	for pod := 3; ; pod++ {
+		if !pause(s.scaled(3 * time.Second)) {
+			return
+		}
+		select {
+		case waiting <- struct{}{}:
+		default:
+			continue // three wait already
+		}
+		owner := fmt.Sprintf("export-worker/pod-%d", 3+(pod-3)%6)
+		wg.Go(func() {
+			defer func() { <-waiting }()
+			wctx, cancel := context.WithTimeout(ctx, s.scaled(45*time.Second))
+			l := s.obtain(wctx, key, s.scaled(10*time.Second), &lock.ObtainOptions{
+				Retry: lock.LinearBackoff(s.scaled(500 * time.Millisecond)),
+				Owner: owner,
+			})
+			cancel()
+			if l != nil {
+				sleep(ctx, s.scaled(time.Second))
+				s.release(l)
+			}
+		})
+		if !pause(s.scaled(7 * time.Second)) {
 			return
 		}
 	}

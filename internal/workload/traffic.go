@@ -42,20 +42,21 @@ func (s *Simulator) traffic(ctx context.Context) {
 	pay := job{run: func(ctx context.Context, r *rand.Rand, _ int) { s.payment(ctx, r, orders.Add(1)) }, cost: 2}
 	inv := job{run: s.inventory, cost: 1}
 
-	// Catch up at most a tenth of a second of attempts: when the workers are
-	// all busy the achieved rate drops instead of bursting afterwards.
-	burst := max(1, s.opt.Rate/10)
+	// Jobs arrive as a Poisson process (exponential gaps averaging
+	// cost/Rate), as independent customers do: evenly spaced arrivals would
+	// never collide on the hot SKU at a low rate, real ones do. Catch up at
+	// most a tenth of a second: when the workers are all busy the achieved
+	// rate drops instead of bursting afterwards.
 	pace := min(max(time.Duration(float64(time.Second)/s.opt.Rate), time.Millisecond), 20*time.Millisecond)
 	tick := time.NewTicker(pace)
 	defer tick.Stop()
-	start := time.Now()
-	issued := 0.0
+	next := time.Now()
 	for {
-		due := s.opt.Rate * time.Since(start).Seconds()
-		if due-issued > burst {
-			issued = due - burst
+		now := time.Now()
+		if lag := now.Sub(next); lag > 100*time.Millisecond {
+			next = now.Add(-100 * time.Millisecond)
 		}
-		for issued < due {
+		for !next.After(now) {
 			j := inv
 			switch {
 			case !s.has(Inventory):
@@ -65,7 +66,7 @@ func (s *Simulator) traffic(ctx context.Context) {
 			}
 			select {
 			case jobs <- j:
-				issued += j.cost
+				next = next.Add(time.Duration(r.ExpFloat64() * j.cost / s.opt.Rate * float64(time.Second)))
 			case <-ctx.Done():
 				return
 			}

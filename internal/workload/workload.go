@@ -29,7 +29,7 @@ const (
 	Payments  = "payments"  // double-clicked submits: two tries, one refused
 	Workflow  = "workflow"  // editing sessions held for seconds, renewing
 	Inventory = "inventory" // a few hot SKUs under heavy contention, obtain with retry
-	Stuck     = "stuck"     // an export worker that hangs while its lock keeps renewing
+	Stuck     = "stuck"     // an export worker that hangs while its lock keeps renewing, other pods queue behind it
 	Crash     = "crash"     // a batch job that dies holding its lock: the TTL expires it
 	Pause     = "pause"     // a sync job paused past its TTL: it finds its lock lost
 	Deadlock  = "deadlock"  // two services take two locks in opposite orders: a deadlock until a wait times out
@@ -57,6 +57,10 @@ type Options struct {
 	// editing sessions, hangs, crashes, pauses and their TTLs); 0 means 1,
 	// the demo's pace, and 10 runs them ten times faster.
 	Speed float64
+	// HangUntilReleased keeps the stuck scenario's hung holder until an
+	// operator force-releases its lock (the demo); otherwise a watchdog ends
+	// each hang after 90 s at Speed 1.
+	HangUntilReleased bool
 	// KeyPrefix is put in front of every key, to keep runs apart.
 	KeyPrefix string
 	// Seed makes the random choices repeatable; 0 means a random seed.

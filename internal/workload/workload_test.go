@@ -195,7 +195,13 @@ func TestWorkflowSessionsRenew(t *testing.T) {
 func TestStuckHolderKeepsRenewing(t *testing.T) {
 	t.Parallel()
 	st, rec, prefix := simulate(t, Options{Scenarios: []string{Stuck}, Speed: 20, Duration: 1500 * time.Millisecond})
-	evs := rec.events(prefix + "export:tenant-")
+	all := rec.events(prefix + "export:tenant-")
+	var evs []event.Event // the hung holder's
+	for _, e := range all {
+		if e.Owner == "export-worker/pod-2" {
+			evs = append(evs, e)
+		}
+	}
 	if st.Hangs != 1 || count(evs, event.Acquired, "") != 1 {
 		t.Fatalf("%d hangs, %d acquisitions; want exactly one hung holder", st.Hangs, count(evs, event.Acquired, ""))
 	}
@@ -206,6 +212,77 @@ func TestStuckHolderKeepsRenewing(t *testing.T) {
 	last := evs[len(evs)-1]
 	if last.Type != event.Released || last.Hold < time.Second {
 		t.Errorf("last event %v after %v, want released after a hold of >= 1s", last.Type, last.Hold)
+	}
+	// Other export pods queue behind it: each reports its wait once, naming
+	// the hung holder, and none gets the lock while it hangs.
+	waiters := map[string]bool{}
+	for _, e := range all {
+		if e.Type == event.Waiting {
+			if e.Holder != "export-worker/pod-2" || e.Key != evs[0].Key || e.Wait <= 0 {
+				t.Errorf("waiting event %+v, want one on %s behind export-worker/pod-2 with a deadline", e, evs[0].Key)
+			}
+			waiters[e.Owner] = true
+		}
+		if e.Type == event.Acquired && e.Owner != "export-worker/pod-2" && e.TS < last.TS {
+			t.Errorf("%s acquired %s while the hung holder held it", e.Owner, e.Key)
+		}
+	}
+	// Waiters join 150ms after the hang began, then every 500ms (speed 20).
+	if len(waiters) < 2 {
+		t.Errorf("%d export pods queued behind the hung holder, want >= 2", len(waiters))
+	}
+}
+
+// With HangUntilReleased the hung holder outlasts the 90 s watchdog (4.5 s
+// at speed 20) and ends only when its lock is force-released; the queue
+// behind it then gets the lock.
+func TestStuckHolderHangsUntilReleased(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	rec := &recorder{}
+	prefix := redistest.KeyPrefix(t)
+	sim, err := New(rdb, rec, &Options{Scenarios: []string{Stuck}, Speed: 20, KeyPrefix: prefix, Seed: 1, HangUntilReleased: true, Duration: 7 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- sim.Run(context.Background()) }()
+	time.Sleep(5500 * time.Millisecond) // past the 4.5 s watchdog
+	var key string
+	for _, e := range rec.events(prefix + "export:tenant-") {
+		if e.Type == event.Released && e.Owner == "export-worker/pod-2" {
+			t.Fatalf("the hung holder released %s by itself, want it stuck until forced", e.Key)
+		}
+		if e.Type == event.Acquired && e.Owner == "export-worker/pod-2" {
+			key = e.Key
+		}
+	}
+	if key == "" {
+		t.Fatal("no hung holder")
+	}
+	h, err := lock.New(rdb, nil).Inspect(context.Background(), key)
+	if err != nil || h.Owner != "export-worker/pod-2" {
+		t.Fatalf("Inspect(%s) = %+v, %v; want the hung holder", key, h, err)
+	}
+	if _, err := lock.New(rdb, nil).ForceRelease(context.Background(), key, h.Fingerprint, "test", "stuck"); err != nil {
+		t.Fatalf("ForceRelease = %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	evs := rec.events(prefix + "export:tenant-")
+	if count(evs, event.Lost, "") != 1 {
+		t.Errorf("%d lost events, want the hung holder to notice the forced release once", count(evs, event.Lost, ""))
+	}
+	took := false
+	for _, e := range evs {
+		if e.Type == event.Acquired && e.Key == key && e.Owner != "export-worker/pod-2" {
+			took = true
+		}
+	}
+	if !took {
+		t.Error("no export pod of the queue got the lock after the forced release")
 	}
 }
 

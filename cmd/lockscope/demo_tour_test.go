@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// metricWhere sums the samples of name whose labels contain every one of
+// labels (e.g. `class="export:tenant-*"`).
+func metricWhere(body, name string, labels ...string) float64 {
+	sum := 0.0
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		match := true
+		for _, l := range labels {
+			match = match && strings.Contains(line[:strings.LastIndexByte(line, '}')+1], l)
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); match && err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// TestDemoTourInItsFirstThirtySeconds runs the demo as a newcomer does (real
+// speed, default flags) and checks that every point of the README's tour is
+// on screen within its first 30 seconds: a contended hot key, a stuck lock
+// with a queue of waiters behind it, an expiry, a holder that lost its lock
+// while working, and a deadlock.
+func TestDemoTourInItsFirstThirtySeconds(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	base := "http://" + addr
+	demo := start(t, nil, "demo", "--listen", addr)
+	started := time.Now()
+	type point struct {
+		name string
+		seen func(metrics string) bool
+		at   time.Duration
+	}
+	points := []*point{
+		{name: "hot inventory key contended", seen: func(m string) bool {
+			return metricWhere(m, "lockscope_hot_key_contentions", `key="inventory:sku-1"`) > 0
+		}},
+		{name: "stuck lock", seen: func(m string) bool { v, _ := metricSum(m, "lockscope_stuck_locks"); return v >= 1 }},
+		{name: "two waiters queued behind the stuck lock", seen: func(m string) bool {
+			return metricWhere(m, "lockscope_waiters", `class="export:tenant-*"`) >= 2
+		}},
+		{name: "expiry of a crashed holder's lock", seen: func(m string) bool { v, _ := metricSum(m, "lockscope_expirations_total"); return v >= 1 }},
+		{name: "holder that lost its lock while working", seen: func(m string) bool {
+			v, _ := metricSum(m, `lockscope_events_total{type="lost"}`)
+			return v >= 1
+		}},
+		{name: "deadlock", seen: func(m string) bool { v, _ := metricSum(m, "lockscope_deadlock_cycles"); return v >= 1 }},
+	}
+	deadline := started.Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		_, body, err := get(context.Background(), base+"/metrics")
+		if err == nil {
+			for _, p := range points {
+				if p.at == 0 && p.seen(body) {
+					p.at = time.Since(started)
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var seen []string
+	for _, p := range points {
+		if p.at == 0 {
+			t.Errorf("the demo's first 30 s showed no %s", p.name)
+			continue
+		}
+		seen = append(seen, fmt.Sprintf("%s %v", p.name, p.at.Round(100*time.Millisecond)))
+	}
+	t.Logf("seen after: %s", strings.Join(seen, "; "))
+	demo.signal(syscall.SIGINT)
+	if code := demo.wait(20 * time.Second); code != 0 {
+		t.Errorf("demo after SIGINT: exit %d, want 0", code)
+	}
+}
