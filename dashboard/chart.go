@@ -94,6 +94,19 @@ type distView struct {
 	P50, P99 string
 	Empty    bool
 	EmptyMsg string // what an empty card says; "" means "No observations yet."
+	// Axes: bars start at PlotX (left of it, the count scale); XTitle names
+	// what the buckets measure and its unit, YTitle what the bars count.
+	PlotX, BaseY   int
+	YTicks         []distTick
+	XTitle, YTitle string
+	XTitleY        int
+}
+
+// distTick is one mark of the count scale.
+type distTick struct {
+	Y      string
+	LabelY string // Y, kept inside the chart for the top mark
+	Label  string
 }
 
 type distBar struct {
@@ -106,11 +119,15 @@ type distBar struct {
 
 const (
 	distW, distH  = 560, 120
-	distLabelRoom = 18
+	distLabelRoom = 34 // bucket labels, then the x axis title
+	distYAxisW    = 52 // the count scale and its title
 )
 
-func newDist(title string, d collector.Distribution) distView {
-	v := distView{Title: title, W: distW, H: distH + distLabelRoom, Count: fmtCount(d.Count)}
+// newDist draws d. what names the measured time ("wait", "hold"): the x
+// axis reads "<what> time, bucket upper bound" and the y axis "calls".
+func newDist(title, what string, d collector.Distribution) distView {
+	v := distView{Title: title, W: distW, H: distH + distLabelRoom, Count: fmtCount(d.Count),
+		PlotX: distYAxisW, BaseY: distH, XTitle: what + " time (bucket upper bound)", YTitle: "calls", XTitleY: distH + distLabelRoom - 3}
 	if d.Count == 0 || len(d.Counts) == 0 {
 		v.Empty = true
 		return v
@@ -134,16 +151,26 @@ func newDist(title string, d collector.Distribution) distView {
 	for _, c := range d.Counts[lo : hi+1] {
 		maxC = max(maxC, c)
 	}
-	slot := float64(distW) / float64(n)
+	// The count scale: 0, half and the tallest bar's count.
+	ticks := []int64{0, maxC}
+	if half := maxC / 2; half > 0 {
+		ticks = []int64{0, half, maxC}
+	}
+	for _, c := range ticks {
+		y := float64(distH) - float64(distH-4)*float64(c)/float64(maxC)
+		v.YTicks = append(v.YTicks, distTick{Y: f1(y), LabelY: f1(max(y, 7)), Label: fmtCount(c)})
+	}
+	plotW := float64(distW - distYAxisW)
+	slot := plotW / float64(n)
 	gap := math.Min(4, slot*0.2)
-	labelEvery := int(math.Ceil(float64(n) * 56 / distW))
+	labelEvery := int(math.Ceil(float64(n) * 56 / plotW))
 	for i := lo; i <= hi; i++ {
 		c := d.Counts[i]
 		h := 0.0
 		if c > 0 {
 			h = math.Max(2, float64(distH-4)*float64(c)/float64(maxC))
 		}
-		x := float64(i-lo) * slot
+		x := float64(distYAxisW) + float64(i-lo)*slot
 		b := distBar{
 			X: f1(x + gap/2), W: f1(slot - gap), Y: f1(float64(distH) - h), H: f1(h),
 			Tip: bucketName(d.Bounds, i) + ": " + fmtCount(c),
@@ -241,7 +268,7 @@ type tlMark struct {
 type tlTick struct{ X, Label string }
 
 const (
-	tlW, tlLabelW     = 1120, 150
+	tlW, tlLabelW     = 1120, 170
 	tlLaneH, tlAxisH  = 26, 22
 	tlMaxLanes        = 8
 	tlMarkR           = 4.5
@@ -295,7 +322,7 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 		i := len(v.Lanes)
 		lanes[owner] = i
 		disp, _ := displayKey(owner)
-		v.Lanes = append(v.Lanes, tlLane{Label: shortKey(disp, 20), Full: disp})
+		v.Lanes = append(v.Lanes, tlLane{Label: elideMiddle(disp, 24), Full: disp})
 		return i
 	}
 	laneOf(tlEventsOnTopLane)

@@ -204,7 +204,7 @@ func TestDistribution(t *testing.T) {
 		Sum:    900 * time.Millisecond,
 		Count:  100,
 	}
-	v := newDist("Wait", d)
+	v := newDist("Wait", "wait", d)
 	if v.P50 != "≤ 10ms" || v.P99 != "≤ 100ms" {
 		t.Errorf("p50, p99 = %q, %q, want ≤ 10ms, ≤ 100ms", v.P50, v.P99)
 	}
@@ -225,7 +225,26 @@ func TestDistribution(t *testing.T) {
 	if hot != 1 {
 		t.Errorf("bars marked p99 = %d, want 1", hot)
 	}
-	if e := newDist("Hold", collector.Distribution{}); !e.Empty {
+	// Labelled axes: the count scale up to the tallest bar (90), and what
+	// the buckets measure with its unit.
+	var ticks []string
+	for _, n := range byTestID(doc, "y-tick") {
+		ticks = append(ticks, text(n))
+	}
+	if !slices.Equal(ticks, []string{"0", "45", "90"}) {
+		t.Errorf("y axis ticks = %q, want 0, 45, 90", ticks)
+	}
+	if x, y := text(one(t, doc, "x-title")), text(one(t, doc, "y-title")); x != "wait time (bucket upper bound)" || y != "calls" {
+		t.Errorf("axis titles = %q, %q", x, y)
+	}
+	var labels []string
+	for _, n := range findAll(doc, func(n *html.Node) bool { return n.Data == "text" && attr(n, "text-anchor") == "middle" }) {
+		labels = append(labels, text(n))
+	}
+	if len(labels) == 0 || !strings.HasSuffix(labels[0], "ms") && !strings.HasSuffix(labels[0], "s") {
+		t.Errorf("x axis bucket labels %q carry no unit", labels)
+	}
+	if e := newDist("Hold", "hold", collector.Distribution{}); !e.Empty {
 		t.Errorf("empty distribution not marked empty")
 	}
 }

@@ -212,6 +212,18 @@ func shortKey(s string, max int) string {
 	return s[:cut] + "…"
 }
 
+// elideMiddle shortens s to at most max runes by cutting its middle: owners
+// and keys differ mostly at their ends (worker-2, worker-3), which stay.
+func elideMiddle(s string, max int) string {
+	r := []rune(s)
+	if len(r) <= max || max < 3 {
+		return s
+	}
+	head := (max - 1) / 2
+	tail := max - 1 - head
+	return string(r[:head]) + "…" + string(r[len(r)-tail:])
+}
+
 func hex2(c byte) string {
 	const digits = "0123456789abcdef"
 	return string([]byte{digits[c>>4], digits[c&0xf]})

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestFmtDuration(t *testing.T) {
@@ -109,5 +110,21 @@ func TestEscapeKeyRoundTrip(t *testing.T) {
 		if strings.ContainsAny(esc, "/?#. \n") {
 			t.Errorf("escapeKey(%.40q) = %.60q, contains a character that is not safe in one path segment", key, esc)
 		}
+	}
+}
+
+// Timeline lane labels keep both ends of a long owner, so owners that differ
+// only at the end stay apart.
+func TestElideMiddleKeepsOwnersApart(t *testing.T) {
+	a, b := "inventory-service-eu-west-1/worker-12", "inventory-service-eu-west-1/worker-13"
+	la, lb := elideMiddle(a, 24), elideMiddle(b, 24)
+	if la == lb || utf8.RuneCountInString(la) != 24 || !strings.HasSuffix(la, "worker-12") || !strings.HasPrefix(la, "inventory") {
+		t.Errorf("elideMiddle = %q, %q; want 24 runes each, both ends kept, told apart", la, lb)
+	}
+	if got := elideMiddle("inventory-svc/worker-2", 24); got != "inventory-svc/worker-2" {
+		t.Errorf("a short owner was cut: %q", got)
+	}
+	if got := elideMiddle("ключ-ключ-ключ-ключ-ключ-ключ", 9); !utf8.ValidString(got) || utf8.RuneCountInString(got) != 9 {
+		t.Errorf("elideMiddle cut inside a rune or to the wrong length: %q", got)
 	}
 }

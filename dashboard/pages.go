@@ -467,11 +467,11 @@ func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, kno
 	}
 	v.Rate = newSpark(trimSeries(d.AcquireSeries, 12), 600, 56, fmtRate, "acquisitions per second")
 	v.RateStep = fmtDuration(d.SeriesStep)
-	v.Wait = newDist("Wait", d.Wait)
+	v.Wait = newDist("Wait", "wait", d.Wait)
 	if d.Passive && d.Wait.Count == 0 {
 		v.Wait.EmptyMsg = "Unknown: this lock is watched passively, and a caller's failed SET NX makes no notification, so waits and contention cannot be seen."
 	}
-	v.Hold = newDist("Hold", d.Hold)
+	v.Hold = newDist("Hold", "hold", d.Hold)
 	if d.Hold.Count == 0 && d.Held && !d.Since.IsZero() {
 		v.Hold.EmptyMsg = "No hold has ended yet: the current one has lasted " + fmtDuration(d.HeldFor(now).Truncate(time.Second))
 		if d.Stuck {
