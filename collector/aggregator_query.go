@@ -483,6 +483,21 @@ func (a *Aggregator) Classes() []string {
 	return slices.Clone(*a.classNames.Load())
 }
 
+// Deadlocks returns the cycles of the wait-for graph now, as
+// Blocking().Cycles does, built from the waiting calls that hold leases only.
+func (a *Aggregator) Deadlocks() []Cycle {
+	ws := a.waits.snapshotHolding()
+	if len(ws) == 0 {
+		return nil
+	}
+	g := buildGraph(ws, a.holderOf)
+	var out []Cycle
+	for _, c := range g.cycles() {
+		out = append(out, g.cycleOf(c))
+	}
+	return out
+}
+
 // Blocking returns who waits on whom now (see waiters.go).
 func (a *Aggregator) Blocking() Blocking {
 	now := a.nowNS()

@@ -29,6 +29,9 @@ type Querier interface {
 	ForcedReleases(n int) []ForcedRelease
 	// Blocking returns who waits on whom now, and the deadlocks.
 	Blocking() Blocking
+	// Deadlocks returns the deadlocks now (Blocking().Cycles), looking only
+	// at waiting calls that hold leases: cheap enough for every page.
+	Deadlocks() []Cycle
 	// Classes returns the known lock classes, sorted.
 	Classes() []string
 	// Health reports ingestion state: nil when the consumer group is

@@ -138,6 +138,27 @@ func (w *waits) snapshot() []waiter {
 	return out
 }
 
+// snapshotHolding is snapshot restricted to the waiting calls that hold
+// leases: every member of a cycle does (it waits while holding the lock
+// another member waits for), so they are all a cycle search needs.
+func (w *waits) snapshotHolding() []waiter {
+	w.mu.Lock()
+	var out []waiter
+	for _, x := range w.byLease {
+		if len(x.held) > 0 {
+			out = append(out, *x)
+		}
+	}
+	w.mu.Unlock()
+	slices.SortFunc(out, func(a, b waiter) int {
+		if a.since != b.since {
+			return int(a.since - b.since)
+		}
+		return strings.Compare(a.lease, b.lease)
+	})
+	return out
+}
+
 // keyWaiters copies key's waiters, oldest first.
 func (w *waits) keyWaiters(key string) []waiter {
 	w.mu.Lock()

@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -174,5 +175,41 @@ func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("%s: not within %v", what, d)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Deadlocks, which pages call on every request, finds exactly the cycles of
+// Blocking: a three-call cycle, a chain into it and plain waiters do not
+// change what it reports, and without waiting holders it reports none.
+func TestDeadlocksMatchBlockingCycles(t *testing.T) {
+	agg, _ := newTestAggregator(t, Config{})
+	waiting := func(key, owner, lease string, at time.Duration, holds ...string) event.Event {
+		e := ev(event.Waiting, key, owner, lease, at)
+		e.Wait, e.Reason = time.Minute, event.JoinLeases(holds)
+		return e
+	}
+	agg.Apply([]event.Event{
+		acquired("a", "A", "LA", 0, 0, 1, time.Minute),
+		acquired("b", "B", "LB", 0, 0, 1, time.Minute),
+		acquired("c", "C", "LC", 0, 0, 1, time.Minute),
+		acquired("d", "D", "LD", 0, 0, 1, time.Minute),
+		waiting("x", "E", "WE", time.Second), // waits for a free key, holds nothing
+		waiting("a", "F", "WF", time.Second), // plain contention on a
+	})
+	if d, b := agg.Deadlocks(), agg.Blocking().Cycles; d != nil || b != nil {
+		t.Fatalf("without a cycle: Deadlocks = %+v, Blocking().Cycles = %+v; want none", d, b)
+	}
+	agg.Apply([]event.Event{
+		waiting("b", "A", "WA", 2*time.Second, "LA"),
+		waiting("c", "B", "WB", 2*time.Second, "LB"),
+		waiting("a", "D", "WD", 2*time.Second, "LD"), // a chain into the cycle
+		waiting("a", "C", "WC", 3*time.Second, "LC"), // closes a -> b -> c -> a
+	})
+	d, b := agg.Deadlocks(), agg.Blocking().Cycles
+	if len(d) != 1 || len(d[0].Members) != 3 {
+		t.Fatalf("Deadlocks = %+v, want one cycle of three", d)
+	}
+	if !reflect.DeepEqual(d, b) {
+		t.Errorf("Deadlocks = %+v, want Blocking().Cycles = %+v", d, b)
 	}
 }

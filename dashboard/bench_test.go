@@ -14,7 +14,8 @@ import (
 )
 
 // benchAggregator is a real Aggregator holding 100 k tracked keys, 10 k of
-// them held (1 k of those past the stuck threshold), all contended.
+// them held (1 k of those past the stuck threshold, 2 k with a waiter), all
+// contended.
 func benchAggregator(b testing.TB) *collector.Aggregator {
 	b.Helper()
 	now := time.Now()
@@ -33,6 +34,9 @@ func benchAggregator(b testing.TB) *collector.Aggregator {
 		}
 		wait := time.Duration(i%200) * time.Millisecond
 		evs = append(evs, event.Event{Type: event.Acquired, Key: key, Owner: owner, Lease: lease, TS: at.UnixNano(), Wait: wait, Attempts: 1 + i%4, TTL: time.Hour})
+		if i < held && i%5 == 0 { // 2 000 held keys have a caller waiting
+			evs = append(evs, event.Event{Type: event.Waiting, Key: key, Owner: "waiter-" + strconv.Itoa(i%64), Lease: "w" + strconv.Itoa(i), TS: now.UnixNano(), Wait: time.Hour, Holder: owner})
+		}
 		if i >= held {
 			hold := time.Duration(1+i%50) * time.Millisecond
 			evs = append(evs, event.Event{Type: event.Released, Key: key, Owner: owner, Lease: lease, TS: at.Add(hold).UnixNano(), Hold: hold})
@@ -60,7 +64,11 @@ func BenchmarkPages(b *testing.B) {
 	for _, bc := range []struct{ name, target string }{
 		{"overview", "/"},
 		{"overview-1h-wait", "/?window=1h&by=wait"},
-		{"keys", "/keys"},
+		{"keys", "/keys"}, // by attention: stuck, held with waiters, held, then contentions
+		{"keys-sort-contentions", "/keys?sort=contentions"},
+		{"keys-state-stuck", "/keys?state=stuck"},
+		{"keys-state-waited", "/keys?state=waited"},
+		{"keys-state-free-page-50", "/keys?state=free&page=50"},
 		{"keys-sort-hold-page-100", "/keys?sort=hold&page=100"},
 		{"keys-search", "/keys?q=worker-7/&sort=wait"},
 		{"keys-class-held", "/keys?class=orders:*&held=1"},

@@ -92,7 +92,7 @@ func (s *server) page(r *http.Request, title, nav string) page {
 	if err := s.q.Health(); err != nil {
 		p.Ingest = err.Error()
 	}
-	for _, c := range s.q.Blocking().Cycles {
+	for _, c := range s.q.Deadlocks() {
 		var d deadlockView
 		var since time.Time
 		for _, m := range c.Members {
