@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,6 +209,11 @@ func TestPrometheusEndToEnd(t *testing.T) {
 			t.Errorf("alert %v is %s while only LockStuck should be", a.Labels, a.State)
 		}
 	}
+
+	// The Grafana panels, queried as Grafana does with All selected, count
+	// each lock once while two replicas are scraped: every query gives the
+	// figure it gives for one replica alone.
+	checkDashboardWithTwoReplicas(t, prom, targets[0])
 
 	// Phase 3: two services deadlock (A holds x and waits for y, B the
 	// reverse, nested Do): LockDeadlock fires, once, while it lasts.
@@ -406,6 +413,109 @@ func (p *prometheusServer) alerts(t *testing.T, prefix string) []alert {
 		}
 	}
 	return out
+}
+
+// checkDashboardWithTwoReplicas evaluates every query of the provisioned
+// Grafana dashboards twice, with the instance variable at All and at the
+// replica one alone, and fails t where they differ by more than a quarter
+// (one replica's rate windows end at other scrapes than the other's;
+// counting a lock once per replica would double the figure).
+func checkDashboardWithTwoReplicas(t *testing.T, prom *prometheusServer, one string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "grafana", "dashboards", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Grafana dashboards: %v", err)
+	}
+	type panel struct {
+		Title   string                  `json:"title"`
+		Targets []struct{ Expr string } `json:"targets"`
+		Panels  []json.RawMessage       `json:"panels"`
+	}
+	var exprs [][2]string // panel title, query
+	var walk func([]json.RawMessage)
+	walk = func(raw []json.RawMessage) {
+		for _, r := range raw {
+			var p panel
+			if err := json.Unmarshal(r, &p); err != nil {
+				t.Fatal(err)
+			}
+			for _, tg := range p.Targets {
+				exprs = append(exprs, [2]string{p.Title, tg.Expr})
+			}
+			walk(p.Panels)
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct{ Panels []json.RawMessage }
+		if err := json.Unmarshal(b, &d); err != nil {
+			t.Fatal(err)
+		}
+		walk(d.Panels)
+	}
+	vars := func(instance string) *strings.Replacer {
+		return strings.NewReplacer("$__rate_interval", "1m", "$class", ".*", "$job", ".+", "$instance", instance)
+	}
+	all, single := vars(".+"), vars(strings.ReplaceAll(regexp.QuoteMeta(one), `\`, `\\`)) // escaped as Grafana does inside a PromQL string
+	checked := 0
+	for _, e := range exprs {
+		if strings.Contains(e[1], "up{") {
+			continue // counts the scraped targets: 2, by design
+		}
+		a, o := prom.sum(t, all.Replace(e[1])), prom.sum(t, single.Replace(e[1]))
+		if math.Abs(a-o) > 0.25*math.Max(math.Abs(a), math.Abs(o))+1e-9 {
+			t.Errorf("Grafana panel %q with two replicas scraped shows %v, one replica alone %v: %s", e[0], a, o, e[1])
+		}
+		checked++
+	}
+	t.Logf("%d Grafana queries give the same figures with two replicas scraped as with one", checked)
+}
+
+// sum evaluates query now and adds up its series (scalar or vector); an
+// empty result is 0.
+func (p *prometheusServer) sum(t *testing.T, query string) float64 {
+	t.Helper()
+	var data struct {
+		ResultType string          `json:"resultType"`
+		Result     json.RawMessage `json:"result"`
+	}
+	p.get(t, "/api/v1/query?query="+url.QueryEscape(query), &data)
+	var values [][2]any
+	switch data.ResultType {
+	case "scalar":
+		var v [2]any
+		if err := json.Unmarshal(data.Result, &v); err != nil {
+			t.Fatal(err)
+		}
+		values = append(values, v)
+	case "vector":
+		var vec []struct {
+			Value [2]any `json:"value"`
+		}
+		if err := json.Unmarshal(data.Result, &vec); err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range vec {
+			values = append(values, x.Value)
+		}
+	default:
+		t.Fatalf("query %q: result type %q", query, data.ResultType)
+	}
+	sum := 0.0
+	for _, v := range values {
+		s, _ := v[1].(string)
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			t.Fatalf("query %q value %q: %v", query, s, err)
+		}
+		if !math.IsNaN(f) {
+			sum += f
+		}
+	}
+	return sum
 }
 
 // value evaluates a scalar-valued query now; an empty result is 0.

@@ -266,6 +266,8 @@ var grafanaVars = strings.NewReplacer(
 	"$__interval", "1m",
 	"$__range", "1h",
 	"$class", `(workflow:\\*|job:\\*)`,
+	"$job", ".+", // the allValue of All
+	"$instance", ".+",
 )
 
 func dashboardExprs(t *testing.T) []promqltest.Expr {
