@@ -15,9 +15,10 @@ import (
 	"github.com/lockscope/lockscope/event"
 )
 
-// TestPagesAtEveryWidth opens every page in Chromium at phone, tablet, small
-// laptop and desktop widths: the page never scrolls sideways (wide tables
-// scroll inside their card) and every key column keeps at least 120 px.
+// TestPagesAtEveryWidth opens every page in Chromium at phone (360, 390),
+// tablet, small laptop, desktop and wide-screen (2560) widths: the page never
+// scrolls sideways (wide tables scroll inside their card) and every key
+// column keeps at least 120 px.
 func TestPagesAtEveryWidth(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -37,7 +38,7 @@ func TestPagesAtEveryWidth(t *testing.T) {
 
 	bctx := startBrowser(t, ctx)
 	pages := []string{"/", "/keys", keyPath(long), "/blocking"}
-	for _, w := range []int64{390, 768, 1024, 1440} {
+	for _, w := range []int64{360, 390, 768, 1024, 1440, 2560} {
 		for _, path := range pages {
 			if _, err := chromedp.Run(bctx, chromedp.EmulateViewport(w, 900)); err != nil {
 				t.Fatal(err)
