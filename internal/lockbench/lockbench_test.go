@@ -2,6 +2,7 @@ package lockbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -69,6 +70,7 @@ var libs = []lib{
 	{"lockscope", newLockscope(false)},
 	{"redislock", newRedislock},
 	{"redsync", newRedsync},
+	{"autopipe-raw", newAutopipeRaw},
 }
 
 type lockscopeCycler struct {
@@ -173,6 +175,54 @@ func (c *redsyncCycler) cycle(ctx context.Context, key string, retry bool) error
 }
 
 func (c *redsyncCycler) close() {}
+
+// autopipeRawCycler is the reference for the fastest cycle go-redis offers:
+// its AutoPipeliner (v9.23+, one shared stream of pipelines) carrying a bare
+// SET NX PX and a compare-and-delete script, no library and no events.
+type autopipeRawCycler struct {
+	ap    *redis.AutoPipeliner
+	del   *redis.Script
+	token atomic.Int64
+}
+
+func newAutopipeRaw(rdb *redis.Client) cycler {
+	ap, err := rdb.AutoPipeline()
+	if err != nil {
+		panic(err)
+	}
+	return &autopipeRawCycler{ap: ap, del: redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)}
+}
+
+func (c *autopipeRawCycler) cycle(ctx context.Context, key string, retry bool) error {
+	token := strconv.FormatInt(c.token.Add(1), 36)
+	for {
+		ok, err := c.ap.SetNX(ctx, key, token, ttl).Result()
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if !retry {
+			return errors.New("autopipe-raw: held")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(retryGap):
+		}
+	}
+	n, err := c.del.EvalSha(ctx, c.ap, []string{key}, token).Int()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		n, err = c.del.Eval(ctx, c.ap, []string{key}, token).Int()
+	}
+	if err == nil && n != 1 {
+		err = errors.New("autopipe-raw: not the owner at release")
+	}
+	return err
+}
+
+func (c *autopipeRawCycler) close() { c.ap.Close() }
 
 // BenchmarkCycle measures obtain + release at 1, 8 and 64 concurrent
 // callers, each caller on its own key (unique) or all on 16 hot keys
