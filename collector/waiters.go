@@ -123,29 +123,22 @@ func (w *waits) total() int {
 
 // snapshot copies the waiters, oldest first.
 func (w *waits) snapshot() []waiter {
-	w.mu.Lock()
-	out := make([]waiter, 0, len(w.byLease))
-	for _, x := range w.byLease {
-		out = append(out, *x)
-	}
-	w.mu.Unlock()
-	slices.SortFunc(out, func(a, b waiter) int {
-		if a.since != b.since {
-			return int(a.since - b.since)
-		}
-		return strings.Compare(a.lease, b.lease)
-	})
-	return out
+	return w.collect(func(*waiter) bool { return true })
 }
 
 // snapshotHolding is snapshot restricted to the waiting calls that hold
 // leases: every member of a cycle does (it waits while holding the lock
 // another member waits for), so they are all a cycle search needs.
 func (w *waits) snapshotHolding() []waiter {
+	return w.collect(func(x *waiter) bool { return len(x.held) > 0 })
+}
+
+// collect copies the waiters keep accepts, oldest first (ties by lease).
+func (w *waits) collect(keep func(*waiter) bool) []waiter {
 	w.mu.Lock()
-	var out []waiter
+	var out []waiter // no capacity up front: most waiters hold nothing
 	for _, x := range w.byLease {
-		if len(x.held) > 0 {
+		if keep(x) {
 			out = append(out, *x)
 		}
 	}
