@@ -24,6 +24,7 @@ const (
 // dashboard is the part of a Grafana dashboard JSON these checks read.
 type dashboard struct {
 	UID           string  `json:"uid"`
+	Editable      bool    `json:"editable"`
 	Title         string  `json:"title"`
 	SchemaVersion int     `json:"schemaVersion"`
 	Panels        []panel `json:"panels"`
@@ -39,11 +40,16 @@ type panel struct {
 	ID          int                       `json:"id"`
 	Type        string                    `json:"type"`
 	Title       string                    `json:"title"`
+	Description string                    `json:"description"`
 	Datasource  *datasource               `json:"datasource"`
 	GridPos     *struct{ H, W, X, Y int } `json:"gridPos"`
 	Targets     []target                  `json:"targets"`
 	Panels      []panel                   `json:"panels"` // collapsed rows
 	FieldConfig struct {
+		Defaults struct {
+			Unit     string          `json:"unit"`
+			Mappings json.RawMessage `json:"mappings"`
+		} `json:"defaults"`
 		Overrides []struct {
 			Matcher struct {
 				ID      string `json:"id"`
@@ -70,11 +76,15 @@ type datasource struct {
 
 type variable struct {
 	Name       string          `json:"name"`
+	Label      string          `json:"label"`
 	Type       string          `json:"type"`
 	Query      json.RawMessage `json:"query"`
 	Definition string          `json:"definition"`
+	Datasource *datasource     `json:"datasource"`
 	Multi      bool            `json:"multi"`
 	IncludeAll bool            `json:"includeAll"`
+	AllValue   string          `json:"allValue"`
+	Refresh    int             `json:"refresh"`
 	Current    struct {
 		Value json.RawMessage `json:"value"`
 	} `json:"current"`
