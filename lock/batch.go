@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,12 +13,20 @@ import (
 
 // batcher shares round trips between concurrent callers. A caller that finds
 // no round trip in flight, and whose deadline the client enforces (or that
-// has none), runs its script directly on its own goroutine (a lone caller
+// has none), sends its command directly on its own goroutine (a lone caller
 // pays nothing extra). Callers that arrive while one is in
 // flight queue up, and a flusher sends everything queued as one pipeline
 // when the wire is free again, so 64 callers cost a few round trips instead
 // of 64. The pipeline is the client's own, so single, Sentinel and Cluster
 // clients all work (a cluster pipeline splits by node).
+//
+// Why not go-redis's own AutoPipeliner (v9.23, experimental), as the
+// transport: measured in one run against this batcher, its async face
+// (Submit + WaitContext, which keeps deadlines) carrying our commands was
+// 0.57x at 64 callers and 0.39x with 64 callers on 16 hot keys, 1.17x at
+// 8, and a lone caller with a deadline fell to 0.7 k cycles/s; its blocking
+// face waits without the context. Nor two pipelines in flight: 0.81x at 64
+// callers, no better at 8 (BENCHMARKS.md, issue 16).
 //
 // Queued callers wait on their own context: one whose context ends leaves
 // its result behind, and an obtain that succeeded after its caller left is
@@ -39,6 +49,10 @@ type batcher struct {
 	holding  bool    // the flusher waits for them
 	arrived  chan struct{}
 	skip     int // batches to send without waiting, after a wait in vain
+
+	// noSetGet: the server refused SET ... NX GET (Redis before 7.0), so
+	// obtains without fencing run obtain.lua instead.
+	noSetGet atomic.Bool
 }
 
 // maxInFlight is the number of round trips in flight at once. One keeps the
@@ -59,6 +73,9 @@ const (
 	callAbandoned
 )
 
+// call is one caller's request: a script (EVALSHA, falling back to EVAL),
+// or, with script nil, the command in cmd (the obtain by SET, see
+// setObtain).
 type call struct {
 	script *redis.Script
 	keys   []string
@@ -89,13 +106,67 @@ func contextTimeouts(rdb redis.UniversalClient) bool {
 // reply arrives it returns a command carrying the context's error; the script
 // may still run in Redis.
 func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	c := callPool.Get().(*call)
+	c.script, c.keys, c.args = script, keys, args
+	if !b.exchange(ctx, c) {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(context.Cause(ctx))
+		return cmd // c now belongs to the flusher
+	}
+	cmd := c.cmd
+	*c = call{done: c.done}
+	callPool.Put(c)
+	return cmd
+}
+
+// setObtain takes key with a plain "SET key value NX PX ttl GET": a native
+// command costs Redis a fraction of an EVALSHA (see BENCHMARKS.md, issue
+// 16). It reports whether the key was taken, or else the value holding it
+// (its TTL is not read: only a final failure needs it, see
+// Client.holderTTL). A reply that is our own value is a request go-redis
+// retried after its first run succeeded: obtained. SET ... NX GET needs
+// Redis 7.0; an older server's syntax error comes back as
+// errSetGetUnsupported.
+func (b *batcher) setObtain(ctx context.Context, key, value string, ttlMs int64, head string) (ok bool, holder string, err error) {
+	c := callPool.Get().(*call)
+	c.keys, c.args = []string{key}, []any{head}
+	c.cmd = redis.NewCmd(ctx, "set", key, value, "nx", "px", ttlMs, "get")
+	if !b.exchange(ctx, c) {
+		return false, "", context.Cause(ctx)
+	}
+	ok, holder, err = setObtainReply(c.cmd, head)
+	*c = call{done: c.done}
+	callPool.Put(c)
+	return ok, holder, err
+}
+
+func setObtainReply(cmd *redis.Cmd, head string) (ok bool, holder string, err error) {
+	v, err := cmd.Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return true, "", nil
+	case err != nil:
+		if re := redis.Error(nil); errors.As(err, &re) && strings.Contains(re.Error(), "syntax error") {
+			return false, "", errSetGetUnsupported
+		}
+		return false, "", err
+	}
+	return strings.HasPrefix(v, head), v, nil
+}
+
+var errSetGetUnsupported = errors.New("lock: this Redis does not support SET NX GET (needs 7.0)")
+
+// exchange sends c and waits for its replies. It returns false if ctx
+// ended first: c then belongs to the flusher, which hands a late obtain to
+// late.
+func (b *batcher) exchange(ctx context.Context, c *call) bool {
 	b.mu.Lock()
 	// A context that never ends cannot be honoured any better by waiting
 	// on it, so such a lone caller saves the hand-off to the flusher.
 	if b.inflight == 0 && (b.direct || ctx.Done() == nil) {
 		b.inflight++
 		b.mu.Unlock()
-		cmd := script.Run(ctx, b.rdb, keys, args...)
+		b.send(ctx, c)
 		b.mu.Lock()
 		if len(b.queue) > 0 {
 			go b.flush() // takes over our slot
@@ -103,10 +174,8 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 			b.inflight--
 		}
 		b.mu.Unlock()
-		return cmd
+		return true
 	}
-	c := callPool.Get().(*call)
-	c.script, c.keys, c.args = script, keys, args
 	c.state.Store(callWaiting)
 	b.queue = append(b.queue, c)
 	if b.holding && len(b.queue) >= b.expect {
@@ -126,16 +195,20 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	case <-c.done:
 	case <-ctx.Done():
 		if c.state.CompareAndSwap(callWaiting, callAbandoned) {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetErr(context.Cause(ctx))
-			return cmd // c now belongs to the flusher
+			return false
 		}
 		<-c.done
 	}
-	cmd := c.cmd
-	*c = call{done: c.done}
-	callPool.Put(c)
-	return cmd
+	return true
+}
+
+// send runs one call on the caller's goroutine.
+func (b *batcher) send(ctx context.Context, c *call) {
+	if c.script != nil {
+		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
+		return
+	}
+	_ = b.rdb.Process(ctx, c.cmd) // the error stays on the command
 }
 
 func (b *batcher) flush() {
@@ -143,7 +216,13 @@ func (b *batcher) flush() {
 	b.mu.Lock()
 	batch := b.spare
 	b.spare = nil
-	for len(b.queue) > 0 {
+	// After a batch the flusher waits for its callers to come back even
+	// when nobody is queued yet (expect > 0): exiting instead would let the
+	// first to return send alone on its own goroutine and the rest queue
+	// behind it, halving the next batch (8 callers: 27 k instead of 23 k
+	// cycles/s, BENCHMARKS.md issue 16). A new arrival ends the wait as
+	// soon as the batch is whole, so a lone caller is not delayed.
+	for len(b.queue) > 0 || b.expect > 0 && b.skip == 0 {
 		if b.skip > 0 {
 			b.skip--
 		} else if len(b.queue) < b.expect {
@@ -174,6 +253,9 @@ func (b *batcher) flush() {
 			}
 			if !arrived {
 				b.skip = holdSkip
+			}
+			if len(b.queue) == 0 {
+				break
 			}
 		}
 		batch, b.queue = b.queue, batch[:0]
@@ -208,12 +290,16 @@ func (b *batcher) exec(batch []*call) {
 	ctx := context.Background()
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
+		if c.script == nil {
+			_ = pipe.Process(ctx, c.cmd)
+			continue
+		}
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	_, _ = pipe.Exec(ctx) // errors stay on each command
 	var again redis.Pipeliner
 	for _, c := range batch {
-		if redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+		if c.script != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
 			if again == nil {
 				again = b.rdb.Pipeline()
 			}
@@ -229,10 +315,15 @@ func (b *batcher) exec(batch []*call) {
 // that succeeded after its caller left is released so the key is not held by
 // nobody until its TTL.
 func late(rdb redis.UniversalClient, c *call) {
-	if c.script != obtainScript || c.cmd.Err() != nil {
-		return
+	obtained := false
+	switch c.script {
+	case nil:
+		obtained, _, _ = setObtainReply(c.cmd, c.args[0].(string))
+	case obtainScript:
+		_, obtained = c.cmd.Val().(int64)
+		obtained = obtained && c.cmd.Err() == nil
 	}
-	if _, ok := c.cmd.Val().(int64); ok {
+	if obtained {
 		go releaseOrphan(rdb, c.keys[0], c.args[0])
 	}
 }

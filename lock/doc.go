@@ -5,16 +5,19 @@
 // A lock is one Redis string key. Its value (see Value) carries a secret
 // random token, a public lease id, the fencing token, the acquisition time
 // and the owner identity, written atomically with the lock, so who holds a
-// lock is answerable from Redis alone (Inspect). Obtain, Refresh, Release,
-// TTL and ForceRelease are each one Lua script, run with EVALSHA (falling
-// back to EVAL when the server does not know the script yet); ownership is
-// always checked inside the script, never with GET then EXPIRE.
+// lock is answerable from Redis alone (Inspect). An obtain without fencing
+// is one native "SET key value NX PX ttl GET" (Redis 7.0+; older servers get
+// the obtain script): it takes the lock or returns who holds it. Obtain with
+// fencing, Refresh, Release, TTL and ForceRelease are each one Lua script,
+// run with EVALSHA (falling back to EVAL when the server does not know the
+// script yet); ownership is always checked inside the script, never with
+// GET then EXPIRE.
 //
 // Any redis.UniversalClient works: single node, Sentinel (failover) or
 // Cluster. Concurrent callers of one Client share round trips: while one
-// script is on the wire, others queue and go out together as one pipeline,
+// command is on the wire, others queue and go out together as one pipeline,
 // so 64 goroutines cost a few round trips, not 64; a lone caller sends its
-// script directly.
+// command directly.
 //
 // # Deadlines
 //

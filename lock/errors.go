@@ -33,8 +33,12 @@ var (
 // not obtained. It matches ErrNotObtained and, when the cause was a context or
 // a Redis error, that cause too.
 type NotObtainedError struct {
-	Key      string
-	Holder   *Holder       // who held the lock at the last attempt; nil if unknown
+	Key string
+	// Holder is who held the lock at the last attempt; nil if unknown. Its
+	// TTL is read when the caller gives up with time left (an extra round
+	// trip on that path only); after a wait cut short by the context it is
+	// 0, not known, for the lock path never reads it while waiting.
+	Holder   *Holder
 	Reason   string        // event.ReasonHeld, ReasonTimeout, ReasonCanceled or ReasonError
 	Attempts int           // attempts made
 	Wait     time.Duration // time spent trying

@@ -13,7 +13,7 @@ import (
 type Holder struct {
 	Key, Owner, Lease string
 	Fence             int64
-	TTL               time.Duration // remaining, from PTTL; -1 if the key has no expiry
+	TTL               time.Duration // remaining, from PTTL; -1 if the key has no expiry, 0 if not known (see NotObtainedError)
 	Since             time.Time     // acquisition time (zero for foreign values)
 	Fingerprint       string        // hex sha1 of the stored value (what ForceRelease checks)
 	Foreign           bool          // value not written by lockscope (other library): Owner is ForeignOwner(Value)

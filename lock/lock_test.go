@@ -498,7 +498,14 @@ func TestObtainScriptIdempotent(t *testing.T) {
 // TestAbandonedObtainIsReleased makes callers give up while their obtain
 // waits in the batcher's queue behind a slow script: the obtains still run
 // after their callers left, and must be released, not left held by nobody.
+// Both kinds of obtain: a plain SET, and obtain.lua when fencing.
 func TestAbandonedObtainIsReleased(t *testing.T) {
+	for _, fencing := range []bool{false, true} {
+		t.Run("fencing="+strconv.FormatBool(fencing), func(t *testing.T) { testAbandonedObtain(t, fencing) })
+	}
+}
+
+func testAbandonedObtain(t *testing.T, fencing bool) {
 	c, rdb, _, p := newClient(t, "quitter")
 	slow := redis.NewScript(`for i = 1, 20000000 do end return 1`)
 	busy := make(chan struct{})
@@ -515,7 +522,7 @@ func TestAbandonedObtainIsReleased(t *testing.T) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 			defer cancel()
-			if _, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, nil); errors.Is(err, context.DeadlineExceeded) {
+			if _, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, &ObtainOptions{Fencing: fencing}); errors.Is(err, context.DeadlineExceeded) {
 				refused.Add(1)
 			}
 		}()

@@ -124,8 +124,9 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	}
 
 	var (
-		holder *Holder
-		reason string
+		holder     *Holder
+		ttlUnknown bool // holder came from a SET obtain: its TTL was not read
+		reason     string
 		cause  error
 		timer  *time.Timer
 	)
@@ -139,10 +140,26 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		tail := string(appendTail(tbuf[:0], at, a.owner))
 		var res any
 		var err error
+		ttlUnknown = false
 		if h := c.local.holder(key); h != nil {
 			// A degraded lease of this process still holds the key: Redis
 			// knows nothing of it, so honour it here.
 			holder, reason, cause = h, event.ReasonHeld, nil
+		} else if len(a.keys) == 1 && !c.batch.noSetGet.Load() {
+			// Without fencing a native SET does what obtain.lua does, but
+			// does not read the holder's TTL (see holderTTL).
+			ok, v, serr := c.batch.setObtain(ctx, key, a.head+"0"+tail, a.ttlMs, a.head)
+			switch {
+			case errors.Is(serr, errSetGetUnsupported):
+				c.batch.noSetGet.Store(true)
+				res, err = c.batch.run(ctx, obtainScript, a.keys, a.headArg, tail, a.ttlMs).Result()
+			case serr != nil:
+				err = serr
+			case ok:
+				res = int64(0)
+			default:
+				res, ttlUnknown = []any{v, int64(0)}, true
+			}
 		} else {
 			res, err = c.batch.run(ctx, obtainScript, a.keys, a.headArg, tail, a.ttlMs).Result()
 		}
@@ -184,6 +201,9 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 
 		wait, again := retry.Backoff(a.attempts)
 		if !again {
+			if ttlUnknown && reason == event.ReasonHeld {
+				holder = c.holderTTL(ctx, holder)
+			}
 			return nil, holder, c.fail(&a, holder, reason, cause)
 		}
 		if a.attempts == 1 && reason == event.ReasonHeld && c.rec != nil {
@@ -210,6 +230,19 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		case <-timer.C:
 		}
 	}
+}
+
+// holderTTL completes a holder seen by a SET obtain, which does not read the
+// TTL, when the failure is final and the context leaves time for one more
+// round trip: an inspect, which also shows a holder that took over
+// meanwhile. It keeps h (TTL 0, unknown) when the key is gone or on error.
+// Only contended calls that give up pay for it; every successful obtain
+// saves a PTTL (see BENCHMARKS.md, issue 16).
+func (c *Client) holderTTL(ctx context.Context, h *Holder) *Holder {
+	if now, err := c.Inspect(ctx, h.Key); err == nil {
+		return now
+	}
+	return h
 }
 
 func parseObtain(key string, res any) (ok bool, fence int64, h *Holder, err error) {

@@ -1,0 +1,153 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// serverError is an error as Redis sends it (redis.HasErrorPrefix sees it).
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}
+
+// oldSetHook answers "SET ... GET" like Redis before 7.0 (which cannot
+// combine NX and GET): with a syntax error, without sending it. No older
+// redis-server is installed here, so a hook stands in for one.
+type oldSetHook struct{ refused int }
+
+func isSetGet(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return cmd.Name() == "set" && len(a) > 0 && strings.EqualFold(a[len(a)-1].(string), "get")
+}
+
+func (h *oldSetHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *oldSetHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isSetGet(cmd) {
+			h.refused++
+			cmd.SetErr(serverError("ERR syntax error"))
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *oldSetHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		rest := cmds[:0:0]
+		for _, cmd := range cmds {
+			if isSetGet(cmd) {
+				h.refused++
+				cmd.SetErr(serverError("ERR syntax error"))
+			} else {
+				rest = append(rest, cmd)
+			}
+		}
+		return next(ctx, rest)
+	}
+}
+
+// TestObtainWithoutSetGet: against a server that refuses SET NX GET the
+// client falls back to obtain.lua for good, with the same results.
+func TestObtainWithoutSetGet(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	hook := &oldSetHook{}
+	rdb.AddHook(hook)
+	c := New(rdb, &Options{Owner: "old"})
+	p := redistest.KeyPrefix(t)
+	ctx := context.Background()
+
+	l, err := c.Obtain(ctx, p+"a", 5*time.Second, nil)
+	if err != nil {
+		t.Fatalf("Obtain = %v, want the lock through obtain.lua", err)
+	}
+	if hook.refused != 1 || !c.batch.noSetGet.Load() {
+		t.Fatalf("SET GET refused %d times, fallback on = %v; want 1 and on", hook.refused, c.batch.noSetGet.Load())
+	}
+	if v, _ := keyState(t, rdb, p+"a"); !strings.HasPrefix(v, valueMagic) {
+		t.Errorf("value = %q, want ours", v)
+	}
+	_, h, err := c.Try(ctx, p+"a", time.Second, nil)
+	if !errors.Is(err, ErrNotObtained) || h == nil || h.Lease != l.ID() || h.TTL <= 4*time.Second {
+		t.Errorf("Try on the held key = %v, holder %+v; want not obtained, held by %s with ~5s left", err, h, l.ID())
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if hook.refused != 1 {
+		t.Errorf("SET GET sent %d times, want only the first", hook.refused)
+	}
+}
+
+// TestSetObtainReply covers the replies of the SET obtain that a test
+// against Redis cannot arrange on purpose.
+func TestSetObtainReply(t *testing.T) {
+	const head = "ls1|tok|lease|"
+	reply := func(v any, err error) *redis.Cmd {
+		c := redis.NewCmd(context.Background())
+		c.SetVal(v)
+		c.SetErr(err)
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		cmd    *redis.Cmd
+		ok     bool
+		holder string
+		err    string // prefix of the error, "" for none
+	}{
+		{"set", reply(nil, redis.Nil), true, "", ""},
+		{"held by another", reply("ls1|x|y|0|1|bob", nil), false, "ls1|x|y|0|1|bob", ""},
+		{"held by a constant", reply("1", nil), false, "1", ""},
+		{"our own value: go-redis retried a SET that had run", reply(head+"0|1|me", nil), true, head + "0|1|me", ""},
+		{"old server", reply(nil, serverError("ERR syntax error")), false, "", errSetGetUnsupported.Error()},
+		{"wrong type", reply(nil, serverError("WRONGTYPE Operation against a key holding the wrong kind of value")), false, "", "WRONGTYPE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, holder, err := setObtainReply(tc.cmd, head)
+			if (err == nil) != (tc.err == "") || err != nil && !strings.HasPrefix(err.Error(), tc.err) {
+				t.Fatalf("err = %v, want %q", err, tc.err)
+			}
+			if ok != tc.ok || holder != tc.holder {
+				t.Errorf("reply = %v, %q; want %v, %q", ok, holder, tc.ok, tc.holder)
+			}
+		})
+	}
+}
+
+// TestGiveUpReportsHolderTTL: the lock path does not read the holder's TTL
+// while it waits; a caller whose retries run out (time left) still gets it,
+// one whose context ended does not (0: not known), and neither waits for it.
+func TestGiveUpReportsHolderTTL(t *testing.T) {
+	c, rdb, _, p := newClient(t, "waiter")
+	key := p + "k"
+	held := mustObtain(t, New(rdb, &Options{Owner: "holder"}), key, 10*time.Second, nil)
+	defer held.Release(context.Background())
+
+	_, err := c.Obtain(context.Background(), key, time.Second, &ObtainOptions{Retry: LimitRetry(LinearBackoff(5*time.Millisecond), 3)})
+	var noe *NotObtainedError
+	if !errors.As(err, &noe) || noe.Reason != "held" || noe.Attempts != 4 || noe.Holder == nil || noe.Holder.Lease != held.ID() {
+		t.Fatalf("Obtain with 3 retries = %v, want held by %s after 4 attempts", err, held.ID())
+	}
+	if ttl := noe.Holder.TTL; ttl <= 9*time.Second || ttl > 10*time.Second {
+		t.Errorf("holder TTL = %v, want in (9s, 10s]", ttl)
+	}
+	if !strings.Contains(err.Error(), " more") {
+		t.Errorf("error = %q, want the holder's remaining time", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = c.Obtain(ctx, key, time.Second, &ObtainOptions{Retry: LinearBackoff(5 * time.Millisecond)})
+	if !errors.As(err, &noe) || noe.Reason != "timeout" || noe.Holder == nil || noe.Holder.Owner != "holder" || noe.Holder.TTL != 0 {
+		t.Fatalf("Obtain until the deadline = %v (holder %+v), want timeout, held by holder, TTL 0 (not read)", err, noe.Holder)
+	}
+}
