@@ -127,8 +127,8 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		holder     *Holder
 		ttlUnknown bool // holder came from a SET obtain: its TTL was not read
 		reason     string
-		cause  error
-		timer  *time.Timer
+		cause      error
+		timer      *time.Timer
 	)
 	for {
 		if ctx.Err() != nil {
