@@ -123,6 +123,8 @@ type Aggregator struct {
 	muted       bool          // counters go to discard (see Replay)
 	discard     *classMetrics // children of unregistered vectors
 	waits       waits         // live waiters (waiters.go)
+	hashes      []uint64      // the hashes of the chunk being applied (warmLocked)
+	warm        uint64        // the sum of warmLocked's loads: used, so they stay
 }
 
 var _ Querier = (*Aggregator)(nil)
@@ -207,6 +209,7 @@ func (a *Aggregator) Apply(evs []event.Event) {
 		if a.replaying == 0 {
 			a.advanceLocked(now)
 		}
+		hs := a.warmLocked(chunk)
 		for i := range chunk {
 			e := &chunk[i]
 			if len(a.parked) > 0 {
@@ -215,7 +218,7 @@ func (a *Aggregator) Apply(evs []event.Event) {
 			if e.Type == event.Released && e.Passive && a.parkReleaseLocked(e, now) {
 				continue
 			}
-			a.applyLocked(e, now)
+			a.applyHashedLocked(e, hs[i], now)
 		}
 		last := a.evMax
 		a.mu.Unlock()
@@ -354,7 +357,6 @@ func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
 	}
 	k := sh.alloc()
 	k.key = strings.Clone(key)
-	k.kp = keyPrefix(k.key)
 	k.class = a.classOfLocked(k.key)
 	sh.put(h, k)
 	sh.idle.pushFront(k)
@@ -372,13 +374,36 @@ func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
 		k.class.held--
 	}
 	unlink(k)
-	sh.del(a.keys.hash(k.key), k)
+	sh.del(k)
 	sh.release(k)
 	a.tracked.Add(-1)
 }
 
+// warmLocked returns the hashes of the keys of evs, and loads the index
+// entries they lead to. Over many distinct keys (or keys arriving in a new
+// order) each lookup misses the cache: an index of 200 000 keys spans
+// megabytes. Made here for a whole chunk, one after the other without
+// waiting for each, the misses overlap; made one per event by
+// applyLocked, each costs a full trip to memory.
+func (a *Aggregator) warmLocked(evs []event.Event) []uint64 {
+	hs := a.hashes[:0]
+	var sum uint64
+	for i := range evs {
+		h := a.keys.hash(evs[i].Key)
+		hs = append(hs, h)
+		sum += a.keys.shardOf(h).peek(h)
+	}
+	a.hashes, a.warm = hs, sum
+	return hs
+}
+
 // applyLocked applies one event; now is the collector's clock.
 func (a *Aggregator) applyLocked(e *event.Event, now int64) {
+	a.applyHashedLocked(e, a.keys.hash(e.Key), now)
+}
+
+// applyHashedLocked is applyLocked with the hash of e.Key.
+func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	if !e.Type.Valid() {
 		a.Malformed(1)
 		return
@@ -403,7 +428,7 @@ func (a *Aggregator) applyLocked(e *event.Event, now int64) {
 		}
 		return
 	}
-	sh, h := a.keys.find(e.Key)
+	sh := a.keys.shardOf(h)
 	sh.mu.Lock()
 	k := a.keyLocked(sh, h, e.Key)
 	c := k.class
@@ -896,7 +921,13 @@ func (a *Aggregator) expireDueLocked(clock int64) {
 		a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "ttl")
 		sh.mu.Unlock()
 	}
-	if len(a.expiries) > 4*int(a.tracked.Load())+4096 {
+	// Live entries are at most one per held key; the rest are stale. Bound
+	// by the held keys, not all tracked ones: a stream of short holds over
+	// many keys otherwise keeps a heap of a TTL's worth of stale entries,
+	// each popped at its expiry from deep in a heap too big for the cache
+	// (and its key, long cold, read to find it stale). Compacted early, the
+	// heap stays small and the keys it reads are recent.
+	if n := len(a.expiries); n > 4096 && n > 4*a.heldLocked()+4096 {
 		a.expiries.compact()
 	}
 	for i := 0; i < len(a.pendingKeys); {
@@ -916,6 +947,15 @@ func (a *Aggregator) expireDueLocked(clock int64) {
 			i++
 		}
 	}
+}
+
+// heldLocked returns the number of keys held.
+func (a *Aggregator) heldLocked() int {
+	n := 0
+	for _, c := range a.classes {
+		n += c.held
+	}
+	return n
 }
 
 // scanLocked refreshes the stuck and oldest-hold figures of every class.

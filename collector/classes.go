@@ -93,7 +93,8 @@ func appendParts(dst []byte, seg string, limit int) []byte {
 			j++
 		}
 		part := seg[i:j]
-		if isIdentifier(part) {
+		// A segment of one part was tested whole above.
+		if (i > 0 || j < len(seg)) && isIdentifier(part) {
 			dst = append(dst, '*')
 		} else {
 			// Room for one more whole rune past limit, so a cut part always
@@ -133,6 +134,10 @@ func appendSanitized(dst []byte, s string, max int) []byte {
 // appendSanitizedN is appendSanitized that also returns how many bytes of s
 // it consumed.
 func appendSanitizedN(dst []byte, s string, max int) ([]byte, int) {
+	if len(s) <= max && isPrintableASCII(s) {
+		// Most keys: nothing to replace, nothing to cut.
+		return append(dst, s...), len(s)
+	}
 	limit := len(dst) + max
 	i := 0
 	for i < len(s) {
@@ -173,38 +178,60 @@ func isIdentifier(part string) bool {
 	if part == "" {
 		return false
 	}
-	digits, hex, alnum := true, true, true
-	hasDigit, hasLetter := false, false
+	// One table lookup per byte and no branch on its kind: classes are
+	// derived for every new key, and a stream of distinct keys derives one
+	// per acquisition.
+	all, some := uint8(byteDigit|byteHex|byteAlnum), uint8(0)
 	for i := 0; i < len(part); i++ {
-		c := part[i]
-		isDigit := c >= '0' && c <= '9'
-		isHexLetter := (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-		isLetter := (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
-		if isDigit {
-			hasDigit = true
-		} else {
-			digits = false
-		}
-		if isLetter {
-			hasLetter = true
-		}
-		if !isDigit && !isHexLetter {
-			hex = false
-		}
-		if !isDigit && !isLetter {
-			alnum = false
-			break
-		}
+		c := byteKinds[part[i]]
+		all &= c
+		some |= c
 	}
 	switch {
-	case digits:
+	case all&byteDigit != 0:
 		return true
-	case hex && len(part) >= 8:
+	case all&byteHex != 0 && len(part) >= 8:
 		return true
-	case alnum && len(part) >= 20 && hasDigit && hasLetter:
+	case all&byteAlnum != 0 && len(part) >= 20 && some&byteDigit != 0 && some&byteLetter != 0:
 		return true
 	}
 	return false
+}
+
+// Kinds of a byte (byteKinds).
+const (
+	byteDigit     = 1 << iota // 0-9
+	byteHex                   // 0-9, a-f, A-F
+	byteAlnum                 // 0-9, a-z, A-Z
+	byteLetter                // a-z, A-Z
+	bytePrintable             // ASCII from ' ' to '~'
+)
+
+var byteKinds = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case c >= '0' && c <= '9':
+			t[c] = byteDigit | byteHex | byteAlnum
+		case c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F':
+			t[c] = byteHex | byteAlnum | byteLetter
+		case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z':
+			t[c] = byteAlnum | byteLetter
+		}
+		if c >= 0x20 && c < 0x7f {
+			t[c] |= bytePrintable
+		}
+	}
+	return t
+}()
+
+// isPrintableASCII reports whether s is ASCII without control characters:
+// what appendSanitized copies unchanged.
+func isPrintableASCII(s string) bool {
+	all := uint8(bytePrintable)
+	for i := 0; i < len(s); i++ {
+		all &= byteKinds[s[i]]
+	}
+	return all != 0
 }
 
 // isUUID reports whether s is a textual UUID (8-4-4-4-12 hex digits).

@@ -60,11 +60,12 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 		if !count {
 			a.muteLocked(true)
 		}
+		hs := a.warmLocked(chunk)
 		for i := range chunk {
 			now := min(max(chunk[i].TS, a.replayAt), real)
 			a.replayAt = now
 			a.advanceLocked(now)
-			a.applyLocked(&chunk[i], now)
+			a.applyHashedLocked(&chunk[i], hs[i], now)
 		}
 		// What Tick would have decided by now: expiries and parked holds
 		// whose grace has passed. Without it a key's superseded holds

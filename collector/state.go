@@ -20,7 +20,7 @@ const (
 // keyState is everything kept about one tracked key. It lives in a slab of
 // its shard and is read and written only under that shard's lock. key and
 // class never change while the key is tracked; an evicted key's slot is
-// zeroed and reused (see shard.alloc).
+// zeroed and reused (see shard.release and shard.alloc).
 type keyState struct {
 	// What a Locks scan reads comes first, in the first 80 bytes: a scan
 	// streams through the slab reading two cache lines of each key's 248
@@ -41,6 +41,7 @@ type keyState struct {
 	class   *classState
 	owner   string
 	ownerID uint32 // owner's intern id (0: none), so that records need no lookup
+	slot    uint32 // index of this state in its shard's slabs; kept when freed
 
 	// prev/next link the key into its shard's held list while held, else
 	// into its shard's idle list (least recently active at the back); a
@@ -68,6 +69,7 @@ type keyState struct {
 	recent  []byte
 	recBase int64
 	recOff  int32
+	hash    uint32 // the index's part of the key's hash (see shard.idx)
 }
 
 // pendingHold is a hold superseded by another owner's acquisition that
@@ -91,8 +93,11 @@ const maxPending = 8
 // which are scattered over the heap.
 type prefix struct{ hi, lo uint64 }
 
+// prefixLen is the length of key a prefix holds.
+const prefixLen = 16
+
 func keyPrefix(key string) prefix {
-	var b [16]byte
+	var b [prefixLen]byte
 	copy(b[:], key)
 	return prefix{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
@@ -134,16 +139,23 @@ type shard struct {
 	// RWMutex costs two more atomic operations each time; readers are few
 	// and brief, so sharing among them gains little.
 	mu sync.Mutex
-	// byHash indexes the shard's keys by their 64-bit hash, which picks the
-	// shard and so is computed anyway: no second hashing of the key, and
-	// 16-byte entries where a map keyed by string needs 24. A key whose
-	// hash collides with another tracked key's goes to dup.
-	byHash map[uint64]*keyState
-	dup    map[string]*keyState
-	count  int  // keys tracked
-	held   list // keys held now
-	idle   list // keys not held, most recently active at the front
-	cap    int  // keys this shard keeps before evicting idle ones
+	// idx indexes the shard's keys: an open-addressing table probed
+	// linearly, at most half full, each entry the top 32 bits of a key's
+	// 64-bit hash (which picks the shard and so is computed anyway) over its
+	// slot number plus one; 0 is empty. A Go map did the same job, but keys
+	// stream through a shard that evicts one for each it adds, and the
+	// tombstones a map leaves on delete lengthened the probe of every
+	// lookup of a new key to several cache misses; a deletion here shifts
+	// the entries after it back, leaving none. Entries hold no pointers:
+	// the garbage collector skips the table. Keys whose hashes collide
+	// (in full or in part) are entries like any other; get compares keys.
+	// Written under Aggregator.mu and mu; Aggregator.warmLocked reads it
+	// under Aggregator.mu alone, which excludes every writer.
+	idx   []uint64
+	count int  // keys tracked
+	held  list // keys held now
+	idle  list // keys not held, most recently active at the front
+	cap   int  // keys this shard keeps before evicting idle ones
 
 	// Key states live in slabs rather than one allocation each: a scan
 	// over all keys (Locks) then reads memory in order instead of chasing
@@ -158,37 +170,103 @@ type shard struct {
 // slabLen is the number of key states per slab (about 64 kB).
 const slabLen = 256
 
+// idxMinLen is the length of a shard's index when its first key comes.
+const idxMinLen = 16
+
+// at returns the state in slot i.
+func (sh *shard) at(i uint32) *keyState { return &sh.slabs[i/slabLen][i%slabLen] }
+
 // get returns the state of key (of hash h), or nil.
 func (sh *shard) get(h uint64, key string) *keyState {
-	if k := sh.byHash[h]; k != nil && k.key == key {
-		return k
+	if len(sh.idx) == 0 {
+		return nil
 	}
-	if sh.dup != nil {
-		return sh.dup[key]
+	mask := uint32(len(sh.idx) - 1)
+	top := uint32(h >> 32)
+	for i := top & mask; ; i = (i + 1) & mask {
+		e := sh.idx[i]
+		if e == 0 {
+			return nil
+		}
+		if uint32(e>>32) == top {
+			if k := sh.at(uint32(e) - 1); k.is(key) {
+				return k
+			}
+		}
 	}
-	return nil
+}
+
+// peek returns the index entry at the home position of hash h (0 if none):
+// a load that brings it into the cache (see Aggregator.warmLocked).
+func (sh *shard) peek(h uint64) uint64 {
+	if len(sh.idx) == 0 {
+		return 0
+	}
+	return sh.idx[uint32(h>>32)&uint32(len(sh.idx)-1)]
+}
+
+// is reports whether k's key is key. A key of up to 16 bytes is all in
+// k.kp: comparing it there spares a cache miss on the key's own bytes,
+// which live elsewhere on the heap.
+func (k *keyState) is(key string) bool {
+	if len(k.key) != len(key) {
+		return false
+	}
+	if len(key) <= prefixLen {
+		return k.kp == keyPrefix(key)
+	}
+	return k.key == key
 }
 
 // put indexes k, of hash h, which get does not find.
 func (sh *shard) put(h uint64, k *keyState) {
-	if sh.byHash[h] == nil {
-		sh.byHash[h] = k
-	} else {
-		if sh.dup == nil {
-			sh.dup = make(map[string]*keyState)
-		}
-		sh.dup[k.key] = k
+	if 2*(sh.count+1) > len(sh.idx) {
+		sh.grow()
 	}
+	k.kp, k.hash = keyPrefix(k.key), uint32(h>>32)
+	sh.insert(uint64(k.hash)<<32 | uint64(k.slot+1))
 	sh.count++
 }
 
-// del removes k, of hash h, from the index.
-func (sh *shard) del(h uint64, k *keyState) {
-	if sh.byHash[h] == k {
-		delete(sh.byHash, h)
-	} else {
-		delete(sh.dup, k.key)
+// insert adds entry e to the index, which has room for it.
+func (sh *shard) insert(e uint64) {
+	mask := uint32(len(sh.idx) - 1)
+	i := uint32(e>>32) & mask
+	for sh.idx[i] != 0 {
+		i = (i + 1) & mask
 	}
+	sh.idx[i] = e
+}
+
+// grow doubles the index (or makes its first).
+func (sh *shard) grow() {
+	old := sh.idx
+	sh.idx = make([]uint64, max(2*len(old), idxMinLen))
+	for _, e := range old {
+		if e != 0 {
+			sh.insert(e)
+		}
+	}
+}
+
+// del removes k from the index.
+func (sh *shard) del(k *keyState) {
+	mask := uint32(len(sh.idx) - 1)
+	e := uint64(k.hash)<<32 | uint64(k.slot+1)
+	i := k.hash & mask
+	for sh.idx[i] != e {
+		i = (i + 1) & mask
+	}
+	// Shift back each following entry of the run that may sit at i (its
+	// home position is not between i and it), so that no probe meets a
+	// hole before the entry it looks for.
+	for j := (i + 1) & mask; sh.idx[j] != 0; j = (j + 1) & mask {
+		if home := uint32(sh.idx[j]>>32) & mask; (i-home)&mask < (j-home)&mask {
+			sh.idx[i] = sh.idx[j]
+			i = j
+		}
+	}
+	sh.idx[i] = 0
 	sh.count--
 }
 
@@ -209,21 +287,33 @@ func (sh *shard) alloc() *keyState {
 			sh.slabs = append(sh.slabs, make([]keyState, n))
 			sh.slots += n
 		}
-		k = &sh.slabs[sh.n/slabLen][sh.n%slabLen]
+		k = sh.at(uint32(sh.n))
+		k.slot = uint32(sh.n)
 		sh.n++
 	}
 	k.used = true
 	return k
 }
 
-// release zeroes k's slot (dropping what it references) and frees it.
-// Pointers to k held elsewhere (stale expiry heap entries) then see a key
-// that is not held, or a later key in the same slot, and check its state
-// rather than its identity (see expiryItem.live).
+// release zeroes k's slot (dropping what it references, but for a small
+// ring buffer) and frees it. Pointers to k held elsewhere (stale expiry heap
+// entries) then see a key that is not held, or a later key in the same slot,
+// and check its state rather than its identity (see expiryItem.live).
 func (sh *shard) release(k *keyState) {
-	*k = keyState{next: sh.free}
+	// A stream of distinct keys evicts a key for every one it adds, and the
+	// new key's first events would allocate a ring buffer (two, as it grows)
+	// the size of the one evicted: it takes that one instead. Only a small
+	// one, so that slots do not each keep a busy key's buffer.
+	var recent []byte
+	if cap(k.recent) <= reusedRingCap {
+		recent = k.recent[:0]
+	}
+	*k = keyState{next: sh.free, slot: k.slot, recent: recent}
 	sh.free = k
 }
+
+// reusedRingCap bounds the ring buffer a freed slot keeps: a few records.
+const reusedRingCap = 128
 
 // each calls f for every used slot, in slab order.
 func (sh *shard) each(f func(*keyState)) {
@@ -291,7 +381,6 @@ func newKeyTable(maxKeys int) *keyTable {
 	t := &keyTable{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
 	for i := range t.shards {
 		s := &t.shards[i]
-		s.byHash = make(map[uint64]*keyState)
 		s.held.init()
 		s.idle.init()
 		s.cap = maxKeys / n

@@ -271,6 +271,61 @@ func TestEvictedSlotReuse(t *testing.T) {
 	}
 }
 
+// TestShardIndexChurn adds and removes keys at random, as a shard that
+// evicts does, with hashes drawn from a few values so that runs of entries
+// collide, wrap around the end of the index and are shifted back by
+// deletions; every key present must be found and no other.
+func TestShardIndexChurn(t *testing.T) {
+	tab := newKeyTable(1000)
+	sh := &tab.shards[0]
+	r := rand.New(rand.NewPCG(1, 2))
+	hashOf := func(i int) uint64 {
+		// Top bits (the index's) from 12 values near the index's end, low
+		// bits distinct.
+		return uint64(1<<32-6+i%12)<<32 | uint64(i)
+	}
+	present := map[string]*keyState{}
+	var order []string
+	for step := range 20_000 {
+		if len(present) > 0 && (len(present) >= sh.cap || r.IntN(3) == 0) {
+			i := r.IntN(len(order))
+			key := order[i]
+			order[i] = order[len(order)-1]
+			order = order[:len(order)-1]
+			sh.del(present[key])
+			sh.release(present[key])
+			delete(present, key)
+		} else {
+			n := r.IntN(1_000_000)
+			key := fmt.Sprintf("k%d-%s", n, strings.Repeat("x", n%20))
+			if _, ok := present[key]; ok {
+				continue
+			}
+			k := sh.alloc()
+			k.key = key
+			sh.put(hashOf(n), k)
+			present[key] = k
+			order = append(order, key)
+		}
+		if step%197 != 0 {
+			continue
+		}
+		if sh.count != len(present) {
+			t.Fatalf("step %d: count = %d, want %d", step, sh.count, len(present))
+		}
+		for key, k := range present {
+			var n int
+			fmt.Sscanf(key, "k%d", &n)
+			if got := sh.get(hashOf(n), key); got != k {
+				t.Fatalf("step %d: get(%q) = %p, want %p", step, key, got, k)
+			}
+			if got := sh.get(hashOf(n), key+"?"); got != nil {
+				t.Fatalf("step %d: get(%q) = %q, want nil", step, key+"?", got.key)
+			}
+		}
+	}
+}
+
 // TestShardIndexCollisions drives the shard index with colliding hashes,
 // which maphash gives too rarely to meet otherwise.
 func TestShardIndexCollisions(t *testing.T) {
@@ -297,13 +352,13 @@ func TestShardIndexCollisions(t *testing.T) {
 		}
 	}
 	check("x", "y", "z")
-	sh.del(42, states["x"]) // the one in byHash
+	sh.del(states["x"]) // the first of the run
 	check("y", "z")
 	w := sh.alloc()
 	w.key = "w"
 	sh.put(42, w)
 	check("w", "y", "z")
-	sh.del(42, states["z"]) // one in dup
+	sh.del(states["z"]) // the last of the run
 	check("w", "y")
 	if sh.get(43, "y") != nil && sh.get(43, "y") != states["y"] {
 		t.Errorf("get with another hash found a different key")
