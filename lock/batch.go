@@ -75,6 +75,7 @@ type call struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
+	get    bool // the SET obtain carries GET
 	state  atomic.Int32
 	done   chan struct{} // capacity 1: the flusher never blocks on it
 }
@@ -113,37 +114,49 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 	return cmd
 }
 
-// setObtain takes key with a plain "SET key value NX PX ttl GET": a native
-// command costs Redis a fraction of an EVALSHA (see BENCHMARKS.md, issue
-// 16). It reports whether the key was taken, or else the value holding it
-// (its TTL is not read: only a final failure needs it, see
-// Client.holderTTL). A reply that is our own value is a request go-redis
-// retried after its first run succeeded: obtained. SET ... NX GET needs
-// Redis 7.0; an older server's syntax error comes back as
+// setObtain takes key with a native "SET key value NX PX ttl": a command
+// costs Redis a fraction of an EVALSHA (see BENCHMARKS.md, issue 16). With
+// get it appends GET, which returns the value holding the key when it is
+// refused. A first attempt goes without: its success then replies OK,
+// where GET's nil would cost go-redis an error path (a retry check and a
+// dozen allocations) on every uncontended obtain; a refused first attempt
+// reads the holder with an inspect (see Client.obtain). Retries, which
+// mostly fail, go with GET. A reply that is our own value is a request
+// go-redis retried after its first run succeeded: obtained. SET ... NX GET
+// needs Redis 7.0; an older server's syntax error comes back as
 // errSetGetUnsupported.
-func (b *batcher) setObtain(ctx context.Context, key, value string, ttlMs int64, head string) (ok bool, holder string, err error) {
+func (b *batcher) setObtain(ctx context.Context, key, value string, ttlMs int64, head string, get bool) (ok bool, holder string, err error) {
 	c := callPool.Get().(*call)
-	c.keys, c.args = []string{key}, []any{head}
-	c.cmd = redis.NewCmd(ctx, "set", key, value, "nx", "px", ttlMs, "get")
+	c.keys, c.args, c.get = []string{key}, []any{head}, get
+	if get {
+		c.cmd = redis.NewCmd(ctx, "set", key, value, "nx", "px", ttlMs, "get")
+	} else {
+		c.cmd = redis.NewCmd(ctx, "set", key, value, "nx", "px", ttlMs)
+	}
 	if !b.exchange(ctx, c) {
 		return false, "", context.Cause(ctx)
 	}
-	ok, holder, err = setObtainReply(c.cmd, head)
+	ok, holder, err = setObtainReply(c.cmd, head, get)
 	*c = call{done: c.done}
 	callPool.Put(c)
 	return ok, holder, err
 }
 
-func setObtainReply(cmd *redis.Cmd, head string) (ok bool, holder string, err error) {
+// setObtainReply reads the reply of setObtain's command: without get, OK
+// (obtained) or nil (refused, holder unknown); with get, nil (obtained) or
+// the holder's value.
+func setObtainReply(cmd *redis.Cmd, head string, get bool) (ok bool, holder string, err error) {
 	v, err := cmd.Text()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return true, "", nil
+		return get, "", nil
 	case err != nil:
 		if re := redis.Error(nil); errors.As(err, &re) && strings.Contains(re.Error(), "syntax error") {
 			return false, "", errSetGetUnsupported
 		}
 		return false, "", err
+	case !get:
+		return true, "", nil // OK
 	}
 	return strings.HasPrefix(v, head), v, nil
 }
@@ -286,7 +299,7 @@ func late(rdb redis.UniversalClient, c *call) {
 	obtained := false
 	switch c.script {
 	case nil:
-		obtained, _, _ = setObtainReply(c.cmd, c.args[0].(string))
+		obtained, _, _ = setObtainReply(c.cmd, c.args[0].(string), c.get)
 	case obtainScript:
 		_, obtained = c.cmd.Val().(int64)
 		obtained = obtained && c.cmd.Err() == nil

@@ -6,8 +6,9 @@
 // random token, a public lease id, the fencing token, the acquisition time
 // and the owner identity, written atomically with the lock, so who holds a
 // lock is answerable from Redis alone (Inspect). An obtain without fencing
-// is one native "SET key value NX PX ttl GET" (Redis 7.0+; older servers get
-// the obtain script): it takes the lock or returns who holds it. Obtain with
+// is one native "SET key value NX PX ttl" (its retries add GET, which
+// returns who holds it: Redis 7.0+, older servers get the obtain script);
+// when refused, a first attempt reads the holder atomically. Obtain with
 // fencing, Refresh, Release, TTL and ForceRelease are each one Lua script,
 // run with EVALSHA (falling back to EVAL when the server does not know the
 // script yet); ownership is always checked inside the script, never with

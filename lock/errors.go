@@ -35,9 +35,9 @@ var (
 type NotObtainedError struct {
 	Key string
 	// Holder is who held the lock at the last attempt; nil if unknown. Its
-	// TTL is read when the caller gives up with time left (an extra round
-	// trip on that path only); after a wait cut short by the context it is
-	// 0, not known, for the lock path never reads it while waiting.
+	// TTL is read by a first attempt and when the caller gives up with time
+	// left (an extra round trip on those paths only); after a wait cut
+	// short by the context it is 0, not known: retries do not read it.
 	Holder   *Holder
 	Reason   string        // event.ReasonHeld, ReasonTimeout, ReasonCanceled or ReasonError
 	Attempts int           // attempts made

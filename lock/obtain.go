@@ -125,7 +125,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 
 	var (
 		holder     *Holder
-		ttlUnknown bool // holder came from a SET obtain: its TTL was not read
+		ttlUnknown bool // holder came from a retry's SET ... GET: its TTL was not read
 		reason     string
 		cause      error
 		timer      *time.Timer
@@ -146,9 +146,10 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			// knows nothing of it, so honour it here.
 			holder, reason, cause = h, event.ReasonHeld, nil
 		} else if len(a.keys) == 1 && !c.batch.noSetGet.Load() {
-			// Without fencing a native SET does what obtain.lua does, but
-			// does not read the holder's TTL (see holderTTL).
-			ok, v, serr := c.batch.setObtain(ctx, key, a.head+"0"+tail, a.ttlMs, a.head)
+			// Without fencing a native SET does what obtain.lua does (see
+			// batcher.setObtain).
+			first := a.attempts == 1
+			ok, v, serr := c.batch.setObtain(ctx, key, a.head+"0"+tail, a.ttlMs, a.head, !first)
 			switch {
 			case errors.Is(serr, errSetGetUnsupported):
 				c.batch.noSetGet.Store(true)
@@ -157,6 +158,20 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				err = serr
 			case ok:
 				res = int64(0)
+			case first:
+				// Refused: who holds it, for how long (the error, Try and
+				// the waiting event name the holder), in one atomic read.
+				h, ierr := c.Inspect(ctx, key)
+				switch {
+				case ierr == nil && !h.Foreign && h.Lease == a.id:
+					res = int64(0) // ours: go-redis retried a SET that had run
+				case ierr == nil:
+					holder, reason, cause = h, event.ReasonHeld, nil
+				case errors.Is(ierr, ErrNotHeld):
+					holder, reason, cause = nil, event.ReasonHeld, nil // released meanwhile
+				default:
+					err = ierr
+				}
 			default:
 				res, ttlUnknown = []any{v, int64(0)}, true
 			}
@@ -232,12 +247,12 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	}
 }
 
-// holderTTL completes a holder seen by a SET obtain, which does not read the
-// TTL, when the failure is final and the context leaves time for one more
-// round trip: an inspect, which also shows a holder that took over
+// holderTTL completes a holder seen by a retry's SET ... GET, which does not
+// read the TTL, when the failure is final and the context leaves time for
+// one more round trip: an inspect, which also shows a holder that took over
 // meanwhile. It keeps h (TTL 0, unknown) when the key is gone or on error.
-// Only contended calls that give up pay for it; every successful obtain
-// saves a PTTL (see BENCHMARKS.md, issue 16).
+// Only contended calls that give up pay for it; every retry saves a PTTL
+// (see BENCHMARKS.md, issue 16).
 func (c *Client) holderTTL(ctx context.Context, h *Holder) *Holder {
 	if now, err := c.Inspect(ctx, h.Key); err == nil {
 		return now

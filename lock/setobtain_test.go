@@ -24,7 +24,8 @@ type oldSetHook struct{ refused int }
 
 func isSetGet(cmd redis.Cmder) bool {
 	a := cmd.Args()
-	return cmd.Name() == "set" && len(a) > 0 && strings.EqualFold(a[len(a)-1].(string), "get")
+	last, _ := a[len(a)-1].(string)
+	return cmd.Name() == "set" && strings.EqualFold(last, "get")
 }
 
 func (h *oldSetHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -51,12 +52,16 @@ func (h *oldSetHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 				rest = append(rest, cmd)
 			}
 		}
+		if len(rest) == 0 {
+			return nil
+		}
 		return next(ctx, rest)
 	}
 }
 
-// TestObtainWithoutSetGet: against a server that refuses SET NX GET the
-// client falls back to obtain.lua for good, with the same results.
+// TestObtainWithoutSetGet: against a server that refuses SET NX GET (sent
+// by the retries of a refused obtain) the client falls back to obtain.lua
+// for good, with the same results.
 func TestObtainWithoutSetGet(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	hook := &oldSetHook{}
@@ -66,24 +71,35 @@ func TestObtainWithoutSetGet(t *testing.T) {
 	ctx := context.Background()
 
 	l, err := c.Obtain(ctx, p+"a", 5*time.Second, nil)
+	if err != nil || hook.refused != 0 {
+		t.Fatalf("Obtain of a free key = %v (SET GET refused %d times), want the lock by a plain SET", err, hook.refused)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		l.Release(ctx)
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	l2, err := c.Obtain(wctx, p+"a", 5*time.Second, &ObtainOptions{Retry: LinearBackoff(5 * time.Millisecond)})
 	if err != nil {
-		t.Fatalf("Obtain = %v, want the lock through obtain.lua", err)
+		t.Fatalf("waiting Obtain = %v, want the lock through obtain.lua once released", err)
 	}
 	if hook.refused != 1 || !c.batch.noSetGet.Load() {
 		t.Fatalf("SET GET refused %d times, fallback on = %v; want 1 and on", hook.refused, c.batch.noSetGet.Load())
 	}
-	if v, _ := keyState(t, rdb, p+"a"); !strings.HasPrefix(v, valueMagic) {
-		t.Errorf("value = %q, want ours", v)
+	if v, _ := keyState(t, rdb, p+"a"); !strings.HasPrefix(v, valueMagic) || !strings.Contains(v, l2.ID()) {
+		t.Errorf("value = %q, want the waiting caller's", v)
 	}
-	_, h, err := c.Try(ctx, p+"a", time.Second, nil)
-	if !errors.Is(err, ErrNotObtained) || h == nil || h.Lease != l.ID() || h.TTL <= 4*time.Second {
-		t.Errorf("Try on the held key = %v, holder %+v; want not obtained, held by %s with ~5s left", err, h, l.ID())
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
+	_, err = c.Obtain(ctx, p+"a", time.Second, &ObtainOptions{Retry: LimitRetry(LinearBackoff(time.Millisecond), 2)})
+	var noe *NotObtainedError
+	if !errors.As(err, &noe) || noe.Holder == nil || noe.Holder.Lease != l2.ID() || noe.Holder.TTL <= 4*time.Second {
+		t.Errorf("Obtain on the held key = %v, want held by %s with ~5s left", err, l2.ID())
 	}
 	if hook.refused != 1 {
-		t.Errorf("SET GET sent %d times, want only the first", hook.refused)
+		t.Errorf("SET GET sent %d times, want only once", hook.refused)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -99,20 +115,23 @@ func TestSetObtainReply(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name   string
+		get    bool
 		cmd    *redis.Cmd
 		ok     bool
 		holder string
 		err    string // prefix of the error, "" for none
 	}{
-		{"set", reply(nil, redis.Nil), true, "", ""},
-		{"held by another", reply("ls1|x|y|0|1|bob", nil), false, "ls1|x|y|0|1|bob", ""},
-		{"held by a constant", reply("1", nil), false, "1", ""},
-		{"our own value: go-redis retried a SET that had run", reply(head+"0|1|me", nil), true, head + "0|1|me", ""},
-		{"old server", reply(nil, serverError("ERR syntax error")), false, "", errSetGetUnsupported.Error()},
-		{"wrong type", reply(nil, serverError("WRONGTYPE Operation against a key holding the wrong kind of value")), false, "", "WRONGTYPE"},
+		{"first attempt: set", false, reply("OK", nil), true, "", ""},
+		{"first attempt: refused", false, reply(nil, redis.Nil), false, "", ""},
+		{"retry: set", true, reply(nil, redis.Nil), true, "", ""},
+		{"retry: held by another", true, reply("ls1|x|y|0|1|bob", nil), false, "ls1|x|y|0|1|bob", ""},
+		{"retry: held by a constant", true, reply("1", nil), false, "1", ""},
+		{"retry: our own value, go-redis retried a SET that had run", true, reply(head+"0|1|me", nil), true, head + "0|1|me", ""},
+		{"old server", true, reply(nil, serverError("ERR syntax error")), false, "", errSetGetUnsupported.Error()},
+		{"wrong type", false, reply(nil, serverError("WRONGTYPE Operation against a key holding the wrong kind of value")), false, "", "WRONGTYPE"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ok, holder, err := setObtainReply(tc.cmd, head)
+			ok, holder, err := setObtainReply(tc.cmd, head, tc.get)
 			if (err == nil) != (tc.err == "") || err != nil && !strings.HasPrefix(err.Error(), tc.err) {
 				t.Fatalf("err = %v, want %q", err, tc.err)
 			}
