@@ -34,7 +34,7 @@ import (
 // released (see late).
 type batcher struct {
 	rdb redis.UniversalClient
-	// direct is whether a lone caller may run its script on its own
+	// direct is whether a lone caller may send its command on its own
 	// goroutine even when its context can end: only when the client itself
 	// stops a call at the context's deadline (ContextTimeoutEnabled).
 	// Otherwise go-redis bounds a call on the wire by its ReadTimeout
@@ -118,8 +118,8 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 // costs Redis a fraction of an EVALSHA (see BENCHMARKS.md, issue 16). With
 // get it appends GET, which returns the value holding the key when it is
 // refused. A first attempt goes without: its success then replies OK,
-// where GET's nil would cost go-redis an error path (a retry check and a
-// dozen allocations) on every uncontended obtain; a refused first attempt
+// where GET's nil would cost go-redis an error path (a retry check and
+// some twenty allocations) on every uncontended obtain; a refused first attempt
 // reads the holder with an inspect (see Client.obtain). Retries, which
 // mostly fail, go with GET. A reply that is our own value is a request
 // go-redis retried after its first run succeeded: obtained. SET ... NX GET
