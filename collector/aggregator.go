@@ -478,7 +478,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			a.waitLocked(k, wait, now)
 		}
 		a.observe(k, obsAcq, now, 0)
-		a.hot.record(k.key, c.name, contended, wait, true)
+		a.hot.record(k.key, k.hash, c.name, contended, wait, true)
 		if k.owner != "" && owner != k.owner {
 			c.m.handoffs.Inc()
 		}
@@ -518,7 +518,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			a.cur.refused++
 		}
 		a.waitLocked(k, wait, now)
-		a.hot.record(k.key, c.name, reason == reasonHeld, wait, false)
+		a.hot.record(k.key, k.hash, c.name, reason == reasonHeld, wait, false)
 
 	case event.Released:
 		r.d = int64(hold)

@@ -41,66 +41,134 @@ type hotEntry struct {
 	cont, wait, acq int64
 }
 
-// liveSketch is a space-saving sketch being written: a min-heap on count
-// over a fixed pool of entries, and a map from key to entry.
+// liveSketch is a space-saving sketch being written: a fixed pool of
+// entries, a min-heap on count over them, and an index from key to entry.
+//
+// Every acquisition adds its wait to the wait sketch, and once the sketch is
+// full nearly every one of them replaces its smallest entry: this runs for
+// most events and is kept cheap (it was a fifth of ingest's CPU with a Go
+// map and a heap of entry numbers, BENCHMARKS.md, issue 16). The index is
+// an open-addressing table on the key's hash as the aggregator already
+// computed it, so a lookup hashes nothing and a replacement finds the old
+// key's slot without reading that key's bytes, and deletes shift entries
+// back instead of leaving tombstones (as shard.idx). The heap nodes carry
+// their count, so sifting reads only the heap.
 type liveSketch struct {
-	m    map[string]int32
 	ents []hotEntry
-	pos  []int32 // entry -> heap position
-	heap []int32 // heap of entry indexes, smallest count first
+	hash []uint32  // entry -> its key's hash
+	pos  []int32   // entry -> heap position
+	heap []hotNode // smallest count first
+	idx  []uint64  // 2*hotCapacity slots: hash<<32 | entry+1; 0 is empty
+}
+
+// hotNode is a heap node: an entry and its count (== ents[ent].count).
+type hotNode struct {
+	count int64
+	ent   int32
 }
 
 func newLiveSketch() *liveSketch {
 	return &liveSketch{
-		m:    make(map[string]int32, hotCapacity),
 		ents: make([]hotEntry, 0, hotCapacity),
+		hash: make([]uint32, 0, hotCapacity),
 		pos:  make([]int32, 0, hotCapacity),
-		heap: make([]int32, 0, hotCapacity),
+		heap: make([]hotNode, 0, hotCapacity),
+		idx:  make([]uint64, 2*hotCapacity),
 	}
 }
 
-// add counts w on key's ranked figure plus the side figures. With w == 0 a
-// key is added only while the sketch has room, so keys that never contend
-// cannot push out keys that do.
-func (s *liveSketch) add(key, class string, w, cont, wait, acq int64) {
-	if i, ok := s.m[key]; ok {
+// add counts w on key's ranked figure plus the side figures; hash is the
+// key's hash (any well-mixed 32 bits, the same for every add of the key).
+// With w == 0 a key is added only while the sketch has room, so keys that
+// never contend cannot push out keys that do.
+func (s *liveSketch) add(key string, hash uint32, class string, w, cont, wait, acq int64) {
+	if i := s.find(key, hash); i >= 0 {
 		e := &s.ents[i]
 		e.count += w
 		e.cont += cont
 		e.wait += wait
 		e.acq += acq
 		if w > 0 {
-			s.down(int(s.pos[i]))
+			p := s.pos[i]
+			s.heap[p].count = e.count
+			s.down(int(p))
 		}
 		return
 	}
 	if len(s.ents) < hotCapacity {
 		i := int32(len(s.ents))
 		s.ents = append(s.ents, hotEntry{key: key, class: class, count: w, cont: cont, wait: wait, acq: acq})
+		s.hash = append(s.hash, hash)
 		s.pos = append(s.pos, int32(len(s.heap)))
-		s.heap = append(s.heap, i)
-		s.m[key] = i
+		s.heap = append(s.heap, hotNode{count: w, ent: i})
+		s.insert(hash, i)
 		s.up(len(s.heap) - 1)
 		return
 	}
 	if w == 0 {
 		return
 	}
-	i := s.heap[0]
+	i := s.heap[0].ent
+	s.remove(s.hash[i], i)
 	e := &s.ents[i]
-	delete(s.m, e.key)
 	floor := e.count
 	*e = hotEntry{key: key, class: class, count: floor + w, err: floor, cont: cont, wait: wait, acq: acq}
-	s.m[key] = i
+	s.hash[i] = hash
+	s.insert(hash, i)
+	s.heap[0].count = e.count
 	s.down(0)
 }
 
-func (s *liveSketch) less(a, b int) bool { return s.ents[s.heap[a]].count < s.ents[s.heap[b]].count }
+// find returns the entry of key, or -1.
+func (s *liveSketch) find(key string, hash uint32) int32 {
+	mask := uint32(len(s.idx) - 1)
+	for j := hash & mask; ; j = (j + 1) & mask {
+		e := s.idx[j]
+		if e == 0 {
+			return -1
+		}
+		if uint32(e>>32) == hash {
+			if i := int32(uint32(e)) - 1; s.ents[i].key == key {
+				return i
+			}
+		}
+	}
+}
+
+// insert indexes entry i under hash; the index is at most half full.
+func (s *liveSketch) insert(hash uint32, i int32) {
+	mask := uint32(len(s.idx) - 1)
+	j := hash & mask
+	for s.idx[j] != 0 {
+		j = (j + 1) & mask
+	}
+	s.idx[j] = uint64(hash)<<32 | uint64(i+1)
+}
+
+// remove drops entry i, indexed under hash, from the index, shifting back
+// the entries after it (see shard.del).
+func (s *liveSketch) remove(hash uint32, i int32) {
+	mask := uint32(len(s.idx) - 1)
+	want := uint64(hash)<<32 | uint64(i+1)
+	j := hash & mask
+	for s.idx[j] != want {
+		j = (j + 1) & mask
+	}
+	for k := (j + 1) & mask; s.idx[k] != 0; k = (k + 1) & mask {
+		if home := uint32(s.idx[k]>>32) & mask; (j-home)&mask < (k-home)&mask {
+			s.idx[j] = s.idx[k]
+			j = k
+		}
+	}
+	s.idx[j] = 0
+}
+
+func (s *liveSketch) less(a, b int) bool { return s.heap[a].count < s.heap[b].count }
 
 func (s *liveSketch) swap(a, b int) {
 	s.heap[a], s.heap[b] = s.heap[b], s.heap[a]
-	s.pos[s.heap[a]] = int32(a)
-	s.pos[s.heap[b]] = int32(b)
+	s.pos[s.heap[a].ent] = int32(a)
+	s.pos[s.heap[b].ent] = int32(b)
 }
 
 func (s *liveSketch) up(j int) {
@@ -137,14 +205,15 @@ func (s *liveSketch) down(j int) {
 func (s *liveSketch) freeze() frozenSketch {
 	f := frozenSketch{ents: slices.Clone(s.ents)}
 	if len(s.ents) == hotCapacity {
-		f.floor = s.ents[s.heap[0]].count
+		f.floor = s.heap[0].count
 	}
 	return f
 }
 
 func (s *liveSketch) reset() {
-	clear(s.m)
+	clear(s.idx)
 	s.ents = s.ents[:0]
+	s.hash = s.hash[:0]
 	s.pos = s.pos[:0]
 	s.heap = s.heap[:0]
 }
@@ -264,7 +333,9 @@ func newHotKeys(now int64) *hotKeys {
 }
 
 // record counts one acquired or failed event.
-func (h *hotKeys) record(key, class string, contended bool, wait time.Duration, acquired bool) {
+// hash is the key's (any 32 well-mixed bits, the same for every event of
+// the key).
+func (h *hotKeys) record(key string, hash uint32, class string, contended bool, wait time.Duration, acquired bool) {
 	var c, a int64
 	if contended {
 		c = 1
@@ -273,8 +344,8 @@ func (h *hotKeys) record(key, class string, contended bool, wait time.Duration, 
 		a = 1
 	}
 	w := int64(wait)
-	h.liveCont.add(key, class, c, c, w, a)
-	h.liveWait.add(key, class, w, c, w, a)
+	h.liveCont.add(key, hash, class, c, c, w, a)
+	h.liveWait.add(key, hash, class, w, c, w, a)
 	h.liveTotals.add(hotTotals{c, w, a})
 }
 

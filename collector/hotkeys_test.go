@@ -129,8 +129,14 @@ func TestHotKeysBounded(t *testing.T) {
 		}
 	}
 	for _, s := range []*liveSketch{a.hot.liveCont, a.hot.liveWait} {
-		if len(s.ents) > hotCapacity || len(s.m) > hotCapacity {
-			t.Errorf("live sketch holds %d entries, %d map keys, want at most %d", len(s.ents), len(s.m), hotCapacity)
+		indexed := 0
+		for _, e := range s.idx {
+			if e != 0 {
+				indexed++
+			}
+		}
+		if len(s.ents) > hotCapacity || indexed != len(s.ents) {
+			t.Errorf("live sketch holds %d entries, %d indexed, want equal and at most %d", len(s.ents), indexed, hotCapacity)
 		}
 	}
 }
@@ -227,5 +233,74 @@ func TestHotKeyLabels(t *testing.T) {
 		if len(k) > maxKeyLabelLen+len("…") {
 			t.Errorf("hot key label of %d bytes, want at most %d", len(k), maxKeyLabelLen+3)
 		}
+	}
+}
+
+// TestLiveSketchChurn streams many more keys than the sketch holds, with
+// hashes that often collide (in part and in full), and checks after every
+// add what space-saving guarantees: each tracked key's true weight lies in
+// [count-err, count], the counts sum to the stream's total weight, every
+// tracked key is found through the index and nothing else is indexed, and
+// the heap is ordered and agrees with the entries.
+func TestLiveSketchChurn(t *testing.T) {
+	s := newLiveSketch()
+	truth := map[string]int64{}
+	var total int64
+	rnd := uint64(1)
+	next := func() uint64 { rnd ^= rnd << 13; rnd ^= rnd >> 7; rnd ^= rnd << 17; return rnd }
+	for n := 0; n < 60_000; n++ {
+		r := next()
+		// Skewed keys: a few hundred hot ones, then a long tail.
+		id := r % 5000
+		if r%3 == 0 {
+			id = r % 300
+		}
+		key := fmt.Sprintf("k:%d", id)
+		// 4096 distinct hashes for 5000 keys: full collisions, and long
+		// probe runs in the 2048-slot index.
+		hash := uint32(id%4096) * 2654435761
+		w := int64(next() % 4) // 0 adds only while there is room
+		if n%7 == 0 {
+			w = 0
+		}
+		s.add(key, hash, "c", w, 0, 0, 0)
+		truth[key] += w
+		total += w // a replacement adds w over the floor it takes over
+		if n%997 != 0 && n < 59_000 {
+			continue
+		}
+		var sum int64
+		indexed := 0
+		for _, e := range s.idx {
+			if e != 0 {
+				indexed++
+			}
+		}
+		if indexed != len(s.ents) {
+			t.Fatalf("after %d adds: %d index entries for %d sketch entries", n+1, indexed, len(s.ents))
+		}
+		for i, e := range s.ents {
+			sum += e.count
+			if got := s.find(e.key, s.hash[i]); got != int32(i) {
+				t.Fatalf("after %d adds: find(%q) = %d, want %d", n+1, e.key, got, i)
+			}
+			if tr := truth[e.key]; tr > e.count || e.count-e.err > tr {
+				t.Fatalf("after %d adds: %s true weight %d not in [%d, %d]", n+1, e.key, tr, e.count-e.err, e.count)
+			}
+			if s.heap[s.pos[i]].ent != int32(i) || s.heap[s.pos[i]].count != e.count {
+				t.Fatalf("after %d adds: heap node of entry %d is %+v, entry count %d", n+1, i, s.heap[s.pos[i]], e.count)
+			}
+		}
+		if sum != total {
+			t.Fatalf("after %d adds: counts sum to %d, stream weight %d", n+1, sum, total)
+		}
+		for j := 1; j < len(s.heap); j++ {
+			if s.heap[j].count < s.heap[(j-1)/2].count {
+				t.Fatalf("after %d adds: heap out of order at %d", n+1, j)
+			}
+		}
+	}
+	if len(s.ents) != hotCapacity {
+		t.Fatalf("sketch holds %d entries, want full (%d)", len(s.ents), hotCapacity)
 	}
 }
