@@ -116,6 +116,7 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 			nextClaim = time.Now().Add(claimEvery)
 		}
 		gen := c.groupGen.Load()
+		readAt := time.Now()
 		streams, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group:    c.opt.Group,
 			Consumer: c.opt.Consumer,
@@ -132,11 +133,39 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 			continue
 		}
 		f.ok()
+		n := 0
 		for _, s := range streams {
 			if len(s.Messages) > 0 {
+				n += len(s.Messages)
 				out <- batch{msgs: s.Messages, gen: gen}
 			}
 		}
+		if n > 0 && n < c.opt.Count {
+			pace(ctx, readAt)
+		}
+	}
+}
+
+// readPace is the least time between the starts of two reads that find
+// entries. A busy stream gets an entry per emitter batch, and without a
+// pause each would cost a read, an acknowledgement and two goroutine
+// wake-ups of its own: about as much CPU as applying its 512 events
+// (BENCHMARKS.md, issue 16). Entries written meanwhile wait at most this
+// long more; a read that finds the stream idle blocks as before, so the
+// first entry after a quiet spell is read at once.
+const readPace = 5 * time.Millisecond
+
+// pace waits until readPace has passed since readAt, or ctx ends.
+func pace(ctx context.Context, readAt time.Time) {
+	d := readPace - time.Since(readAt)
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

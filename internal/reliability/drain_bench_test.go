@@ -92,6 +92,104 @@ func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys int)
 	}
 }
 
+// BenchmarkServeLive measures `lockscope serve` following a live stream, as
+// it runs in production: events written as they happen, at liveRate events/s
+// (acquire + release pairs of keys distinct keys in turn, each acquisition
+// with the 200 µs wait an uncontended obtain reports, in packed batches of
+// 512 as the Go emitter writes them), into the stream of a running serve.
+// Reported: serve's CPU time per event from the first write until its
+// /metrics counts them all (issue 16's goal: at most 1 µs), and lag-ms, the
+// time from the last write until then (how far behind serve was).
+//
+//	go test -run '^$' -bench BenchmarkServeLive -benchtime 1x -count 3 ./internal/reliability/
+func BenchmarkServeLive(b *testing.B) {
+	for _, keys := range []int{10_000, 500_000} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
+			bin := buildLockscope(b)
+			srv := redistest.Start(b, redistest.Options{})
+			rdb := srv.Client(b)
+			ctx := testCtx(b, 10*time.Minute)
+			var cpu, lag time.Duration
+			for i := 0; i < b.N; i++ {
+				stream := "live:" + strconv.Itoa(i)
+				sink := lock.NewStreamSink(rdb, stream, -1)
+				p := startServe(b, bin, srv.URL(), nil, "--stream", stream)
+				counted := func() float64 {
+					m, _, err := scrape(ctx, p.url("/metrics"))
+					if err != nil {
+						return -1
+					}
+					return m.sum("lockscope_events_total")
+				}
+				// One event first: serve is following the stream once it
+				// is counted, so what follows is read live, not replayed.
+				warm := []event.Event{{Type: event.Acquired, Key: "live:warm", Owner: "api/host-1/42", Lease: "1", TS: time.Now().UnixNano(), TTL: time.Second, Attempts: 1}}
+				if err := sink.Write(ctx, warm); err != nil {
+					b.Fatal(err)
+				}
+				if !waitFor(ctx, func() bool { return counted() >= 1 }) {
+					b.Fatal("serve did not count the first event")
+				}
+				cpu0, err := procCPU(p.cmd.Process.Pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				writeLive(ctx, b, sink, keys)
+				wrote := time.Now()
+				var n float64
+				if !waitFor(ctx, func() bool { n = counted(); return n >= liveEvents+1 }) {
+					b.Fatalf("serve counted %v of %d events", n, liveEvents+1)
+				}
+				lag += time.Since(wrote)
+				cpu1, err := procCPU(p.cmd.Process.Pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				cpu += cpu1 - cpu0
+				if n != liveEvents+1 {
+					b.Fatalf("serve counted %v events, want %d", n, liveEvents+1)
+				}
+				p.kill(b)
+				rdb.Del(ctx, stream)
+			}
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(liveEvents*b.N), "cpu-ns/event")
+			b.ReportMetric(float64(lag.Milliseconds())/float64(b.N), "lag-ms")
+		})
+	}
+}
+
+const (
+	liveEvents = 1_000_000
+	liveRate   = 250_000 // events/s
+)
+
+// writeLive writes liveEvents events at liveRate, stamped with the time
+// they are written.
+func writeLive(ctx context.Context, b *testing.B, s *lock.StreamSink, keys int) {
+	b.Helper()
+	batch := make([]event.Event, 0, 512)
+	start := time.Now()
+	for i := 0; i < liveEvents; i += 2 {
+		k := "order:" + strconv.Itoa(i/2%keys)
+		lease := strconv.FormatInt(int64(i), 16)
+		ts := time.Now().UnixNano()
+		batch = append(batch,
+			event.Event{Type: event.Acquired, Key: k, Owner: "api/host-1/42", Lease: lease, TS: ts, Wait: 200 * time.Microsecond, TTL: 30 * time.Second, Attempts: 1},
+			event.Event{Type: event.Released, Key: k, Owner: "api/host-1/42", Lease: lease, TS: ts + 1000, Hold: time.Microsecond})
+		if len(batch) == cap(batch) {
+			if err := s.Write(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+			// Keep to the rate: sleep until the events written so far are due.
+			time.Sleep(time.Until(start.Add(time.Duration(i+2) * time.Second / liveRate)))
+		}
+	}
+	if err := s.Write(ctx, batch); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // procCPU is the user+system CPU time of process pid so far.
 func procCPU(pid int) (time.Duration, error) {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
