@@ -149,7 +149,7 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 // readPace is the least time between the starts of two reads that find
 // entries. A busy stream gets an entry per emitter batch, and without a
 // pause each would cost a read, an acknowledgement and two goroutine
-// wake-ups of its own: about as much CPU as applying its 512 events
+// wake-ups of its own: two thirds as much CPU as applying its 512 events
 // (BENCHMARKS.md, issue 16). Entries written meanwhile wait at most this
 // long more; a read that finds the stream idle blocks as before, so the
 // first entry after a quiet spell is read at once.
