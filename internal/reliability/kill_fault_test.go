@@ -101,7 +101,12 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 			return false
 		}
 		p1.cmd.Process.Signal(syscall.SIGSTOP)
-		if sent.Load() < written && rdb.XPending(ctx, stream, group).Val().Count > 0 {
+		// A command it wrote just before it stopped (an XACK) may still be
+		// on its way to Redis: let it land before looking, and look twice.
+		time.Sleep(50 * time.Millisecond)
+		n := rdb.XPending(ctx, stream, group).Val().Count
+		time.Sleep(20 * time.Millisecond)
+		if sent.Load() < written && n > 0 && rdb.XPending(ctx, stream, group).Val().Count == n {
 			return true
 		}
 		p1.cmd.Process.Signal(syscall.SIGCONT)
