@@ -51,14 +51,14 @@ type hotEntry struct {
 // an open-addressing table on the key's hash as the aggregator already
 // computed it, so a lookup hashes nothing and a replacement finds the old
 // key's slot without reading that key's bytes, and deletes shift entries
-// back instead of leaving tombstones (as shard.idx). The heap nodes carry
-// their count, so sifting reads only the heap.
+// back instead of leaving tombstones (a hashIndex, as shard.idx). The heap
+// nodes carry their count, so sifting reads only the heap.
 type liveSketch struct {
 	ents []hotEntry
 	hash []uint32  // entry -> its key's hash
 	pos  []int32   // entry -> heap position
 	heap []hotNode // smallest count first
-	idx  []uint64  // 2*hotCapacity slots: hash<<32 | entry+1; 0 is empty
+	idx  hashIndex // 2*hotCapacity slots: hash<<32 | entry+1
 }
 
 // hotNode is a heap node: an entry and its count (== ents[ent].count).
@@ -73,7 +73,7 @@ func newLiveSketch() *liveSketch {
 		hash: make([]uint32, 0, hotCapacity),
 		pos:  make([]int32, 0, hotCapacity),
 		heap: make([]hotNode, 0, hotCapacity),
-		idx:  make([]uint64, 2*hotCapacity),
+		idx:  make(hashIndex, 2*hotCapacity),
 	}
 }
 
@@ -101,7 +101,7 @@ func (s *liveSketch) add(key string, hash uint32, class string, w, cont, wait, a
 		s.hash = append(s.hash, hash)
 		s.pos = append(s.pos, int32(len(s.heap)))
 		s.heap = append(s.heap, hotNode{count: w, ent: i})
-		s.insert(hash, i)
+		s.idx.insert(uint64(hash)<<32 | uint64(i+1))
 		s.up(len(s.heap) - 1)
 		return
 	}
@@ -109,12 +109,12 @@ func (s *liveSketch) add(key string, hash uint32, class string, w, cont, wait, a
 		return
 	}
 	i := s.heap[0].ent
-	s.remove(s.hash[i], i)
+	s.idx.remove(uint64(s.hash[i])<<32 | uint64(i+1))
 	e := &s.ents[i]
 	floor := e.count
 	*e = hotEntry{key: key, class: class, count: floor + w, err: floor, cont: cont, wait: wait, acq: acq}
 	s.hash[i] = hash
-	s.insert(hash, i)
+	s.idx.insert(uint64(hash)<<32 | uint64(i+1))
 	s.heap[0].count = e.count
 	s.down(0)
 }
@@ -133,34 +133,6 @@ func (s *liveSketch) find(key string, hash uint32) int32 {
 			}
 		}
 	}
-}
-
-// insert indexes entry i under hash; the index is at most half full.
-func (s *liveSketch) insert(hash uint32, i int32) {
-	mask := uint32(len(s.idx) - 1)
-	j := hash & mask
-	for s.idx[j] != 0 {
-		j = (j + 1) & mask
-	}
-	s.idx[j] = uint64(hash)<<32 | uint64(i+1)
-}
-
-// remove drops entry i, indexed under hash, from the index, shifting back
-// the entries after it (see shard.del).
-func (s *liveSketch) remove(hash uint32, i int32) {
-	mask := uint32(len(s.idx) - 1)
-	want := uint64(hash)<<32 | uint64(i+1)
-	j := hash & mask
-	for s.idx[j] != want {
-		j = (j + 1) & mask
-	}
-	for k := (j + 1) & mask; s.idx[k] != 0; k = (k + 1) & mask {
-		if home := uint32(s.idx[k]>>32) & mask; (j-home)&mask < (k-home)&mask {
-			s.idx[j] = s.idx[k]
-			j = k
-		}
-	}
-	s.idx[j] = 0
 }
 
 func (s *liveSketch) less(a, b int) bool { return s.heap[a].count < s.heap[b].count }

@@ -151,7 +151,7 @@ type shard struct {
 	// (in full or in part) are entries like any other; get compares keys.
 	// Written under Aggregator.mu and mu; Aggregator.warmLocked reads it
 	// under Aggregator.mu alone, which excludes every writer.
-	idx   []uint64
+	idx   hashIndex
 	count int  // keys tracked
 	held  list // keys held now
 	idle  list // keys not held, most recently active at the front
@@ -224,50 +224,63 @@ func (sh *shard) put(h uint64, k *keyState) {
 		sh.grow()
 	}
 	k.kp, k.hash = keyPrefix(k.key), uint32(h>>32)
-	sh.insert(uint64(k.hash)<<32 | uint64(k.slot+1))
+	sh.idx.insert(uint64(k.hash)<<32 | uint64(k.slot+1))
 	sh.count++
-}
-
-// insert adds entry e to the index, which has room for it.
-func (sh *shard) insert(e uint64) {
-	mask := uint32(len(sh.idx) - 1)
-	i := uint32(e>>32) & mask
-	for sh.idx[i] != 0 {
-		i = (i + 1) & mask
-	}
-	sh.idx[i] = e
 }
 
 // grow doubles the index (or makes its first).
 func (sh *shard) grow() {
 	old := sh.idx
-	sh.idx = make([]uint64, max(2*len(old), idxMinLen))
+	sh.idx = make(hashIndex, max(2*len(old), idxMinLen))
 	for _, e := range old {
 		if e != 0 {
-			sh.insert(e)
+			sh.idx.insert(e)
 		}
 	}
 }
 
 // del removes k from the index.
 func (sh *shard) del(k *keyState) {
-	mask := uint32(len(sh.idx) - 1)
-	e := uint64(k.hash)<<32 | uint64(k.slot+1)
-	i := k.hash & mask
-	for sh.idx[i] != e {
+	sh.idx.remove(uint64(k.hash)<<32 | uint64(k.slot+1))
+	sh.count--
+}
+
+// hashIndex is an open-addressing table probed linearly from an entry's
+// home position, the low bits of its top 32 bits (a hash); its low 32 bits
+// are the indexed number plus one, and 0 is an empty slot. Its length is a
+// power of two and the owner keeps it at most half full. A removal shifts
+// the entries after it back instead of leaving a tombstone, so probes stay
+// short however many entries come and go. Lookups compare what the number
+// points to, so they belong to the owner (shard.get, liveSketch.find).
+type hashIndex []uint64
+
+// insert adds entry e, for which there is room.
+func (t hashIndex) insert(e uint64) {
+	mask := uint32(len(t) - 1)
+	i := uint32(e>>32) & mask
+	for t[i] != 0 {
+		i = (i + 1) & mask
+	}
+	t[i] = e
+}
+
+// remove removes entry e, which is in the table.
+func (t hashIndex) remove(e uint64) {
+	mask := uint32(len(t) - 1)
+	i := uint32(e>>32) & mask
+	for t[i] != e {
 		i = (i + 1) & mask
 	}
 	// Shift back each following entry of the run that may sit at i (its
 	// home position is not between i and it), so that no probe meets a
 	// hole before the entry it looks for.
-	for j := (i + 1) & mask; sh.idx[j] != 0; j = (j + 1) & mask {
-		if home := uint32(sh.idx[j]>>32) & mask; (i-home)&mask < (j-home)&mask {
-			sh.idx[i] = sh.idx[j]
+	for j := (i + 1) & mask; t[j] != 0; j = (j + 1) & mask {
+		if home := uint32(t[j]>>32) & mask; (i-home)&mask < (j-home)&mask {
+			t[i] = t[j]
 			i = j
 		}
 	}
-	sh.idx[i] = 0
-	sh.count--
+	t[i] = 0
 }
 
 // alloc returns a zeroed slot marked used.
