@@ -90,28 +90,41 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 	// Kill once the collector has counted a fair part, with more to come,
 	// at a moment it has entries read but not acknowledged: stop it, look,
 	// and kill it if so (its state at the kill is the state when stopped).
+	// Serve reads a few entries at a time (collector.readPace apart) and
+	// acknowledges them once applied, so the pending list is watched
+	// closely and serve stopped the moment it is not empty.
 	var lastScrape float64
 	if !waitFor(ctx, func() bool {
+		if m, _, err := scrape(ctx, p1.url("/metrics")); err == nil {
+			lastScrape = m.sum("lockscope_events_total")
+		}
+		return lastScrape >= written/4
+	}) {
+		t.Fatalf("serve counted %v events, never a quarter of %d", lastScrape, written)
+	}
+	caught := false
+	for !caught && sent.Load() < written && ctx.Err() == nil {
+		if rdb.XPending(ctx, stream, group).Val().Count == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		m, _, err := scrape(ctx, p1.url("/metrics"))
 		if err != nil {
-			return false
+			continue
 		}
 		lastScrape = m.sum("lockscope_events_total")
-		if lastScrape < written/4 {
-			return false
-		}
 		p1.cmd.Process.Signal(syscall.SIGSTOP)
 		// A command it wrote just before it stopped (an XACK) may still be
 		// on its way to Redis: let it land before looking, and look twice.
 		time.Sleep(50 * time.Millisecond)
 		n := rdb.XPending(ctx, stream, group).Val().Count
 		time.Sleep(20 * time.Millisecond)
-		if sent.Load() < written && n > 0 && rdb.XPending(ctx, stream, group).Val().Count == n {
-			return true
+		caught = sent.Load() < written && n > 0 && rdb.XPending(ctx, stream, group).Val().Count == n
+		if !caught {
+			p1.cmd.Process.Signal(syscall.SIGCONT)
 		}
-		p1.cmd.Process.Signal(syscall.SIGCONT)
-		return false
-	}) {
+	}
+	if !caught {
 		t.Fatalf("serve counted %v events, never caught with unacknowledged entries mid-ingest", lastScrape)
 	}
 	p1.kill(t)
