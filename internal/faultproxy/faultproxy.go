@@ -124,7 +124,9 @@ func (p *Proxy) Conns() int {
 // Accepted returns the number of connections accepted since New.
 func (p *Proxy) Accepted() int64 { return p.accepted.Load() }
 
-// Bytes returns the number of bytes forwarded, both directions together.
+// Bytes returns the number of bytes forwarded, both directions together
+// (including a write in progress, so it is never behind what either side
+// has received).
 func (p *Proxy) Bytes() int64 { return p.bytes.Load() }
 
 // Close stops listening, closes every connection and waits for the proxy's
@@ -267,8 +269,13 @@ func (p *Proxy) pipe(c *pair, dst, src net.Conn) {
 				return
 			}
 		}
+		// Counted before the write, so that once the other side has the
+		// bytes Bytes includes them; a short write takes back the rest.
+		p.bytes.Add(int64(len(ch.b)))
 		n, err := dst.Write(ch.b)
-		p.bytes.Add(int64(n))
+		if n < len(ch.b) {
+			p.bytes.Add(int64(n - len(ch.b)))
+		}
 		if err != nil {
 			return
 		}
