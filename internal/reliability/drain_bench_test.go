@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -23,43 +25,58 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkServeDrain -benchtime 1x -count 5 ./internal/reliability/
 func BenchmarkServeDrain(b *testing.B) {
+	forKeyCounts(b, func(b *testing.B, sb serveBench) {
+		var elapsed time.Duration
+		var cpu time.Duration
+		for i := 0; i < b.N; i++ {
+			stream := "drain:" + strconv.Itoa(i)
+			fillStream(sb.ctx, b, lock.NewStreamSink(sb.rdb, stream, -1), sb.keys)
+			start := time.Now()
+			p := startServe(b, sb.bin, sb.srv.URL(), nil, "--stream", stream)
+			var counted float64
+			if !waitFor(sb.ctx, func() bool {
+				m, _, err := scrape(sb.ctx, p.url("/metrics"))
+				if err == nil {
+					counted = m.sum("lockscope_events_total")
+				}
+				return counted >= drainEvents
+			}) {
+				b.Fatalf("serve counted %v of %d events", counted, drainEvents)
+			}
+			elapsed += time.Since(start)
+			c, err := procCPU(p.cmd.Process.Pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cpu += c
+			if counted != drainEvents {
+				b.Fatalf("serve counted %v events, want %d", counted, drainEvents)
+			}
+			p.kill(b)
+			sb.rdb.Del(sb.ctx, stream)
+		}
+		b.ReportMetric(float64(drainEvents*b.N)/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(drainEvents*b.N), "cpu-ns/event")
+	})
+}
+
+// serveBench is what a serve benchmark runs against at one key count: the
+// binary, a Redis of its own with a client, and a context bounding the run.
+type serveBench struct {
+	keys int
+	bin  string
+	srv  *redistest.Server
+	rdb  *redis.Client
+	ctx  context.Context
+}
+
+// forKeyCounts runs f as a sub-benchmark over 10 000 and over 500 000
+// distinct keys.
+func forKeyCounts(b *testing.B, f func(b *testing.B, sb serveBench)) {
 	for _, keys := range []int{10_000, 500_000} {
 		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
-			bin := buildLockscope(b)
 			srv := redistest.Start(b, redistest.Options{})
-			rdb := srv.Client(b)
-			ctx := testCtx(b, 10*time.Minute)
-			var elapsed time.Duration
-			var cpu time.Duration
-			for i := 0; i < b.N; i++ {
-				stream := "drain:" + strconv.Itoa(i)
-				fillStream(ctx, b, lock.NewStreamSink(rdb, stream, -1), keys)
-				start := time.Now()
-				p := startServe(b, bin, srv.URL(), nil, "--stream", stream)
-				var counted float64
-				if !waitFor(ctx, func() bool {
-					m, _, err := scrape(ctx, p.url("/metrics"))
-					if err == nil {
-						counted = m.sum("lockscope_events_total")
-					}
-					return counted >= drainEvents
-				}) {
-					b.Fatalf("serve counted %v of %d events", counted, drainEvents)
-				}
-				elapsed += time.Since(start)
-				c, err := procCPU(p.cmd.Process.Pid)
-				if err != nil {
-					b.Fatal(err)
-				}
-				cpu += c
-				if counted != drainEvents {
-					b.Fatalf("serve counted %v events, want %d", counted, drainEvents)
-				}
-				p.kill(b)
-				rdb.Del(ctx, stream)
-			}
-			b.ReportMetric(float64(drainEvents*b.N)/elapsed.Seconds(), "events/s")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(drainEvents*b.N), "cpu-ns/event")
+			f(b, serveBench{keys: keys, bin: buildLockscope(b), srv: srv, rdb: srv.Client(b), ctx: testCtx(b, 10*time.Minute)})
 		})
 	}
 }
@@ -103,59 +120,53 @@ func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys int)
 //
 //	go test -run '^$' -bench BenchmarkServeLive -benchtime 1x -count 3 ./internal/reliability/
 func BenchmarkServeLive(b *testing.B) {
-	for _, keys := range []int{10_000, 500_000} {
-		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
-			bin := buildLockscope(b)
-			srv := redistest.Start(b, redistest.Options{})
-			rdb := srv.Client(b)
-			ctx := testCtx(b, 10*time.Minute)
-			var cpu, lag time.Duration
-			for i := 0; i < b.N; i++ {
-				stream := "live:" + strconv.Itoa(i)
-				sink := lock.NewStreamSink(rdb, stream, -1)
-				p := startServe(b, bin, srv.URL(), nil, "--stream", stream)
-				counted := func() float64 {
-					m, _, err := scrape(ctx, p.url("/metrics"))
-					if err != nil {
-						return -1
-					}
-					return m.sum("lockscope_events_total")
-				}
-				// One event first: serve is following the stream once it
-				// is counted, so what follows is read live, not replayed.
-				warm := []event.Event{{Type: event.Acquired, Key: "live:warm", Owner: "api/host-1/42", Lease: "1", TS: time.Now().UnixNano(), TTL: time.Second, Attempts: 1}}
-				if err := sink.Write(ctx, warm); err != nil {
-					b.Fatal(err)
-				}
-				if !waitFor(ctx, func() bool { return counted() >= 1 }) {
-					b.Fatal("serve did not count the first event")
-				}
-				cpu0, err := procCPU(p.cmd.Process.Pid)
+	forKeyCounts(b, func(b *testing.B, sb serveBench) {
+		var cpu, lag time.Duration
+		for i := 0; i < b.N; i++ {
+			stream := "live:" + strconv.Itoa(i)
+			sink := lock.NewStreamSink(sb.rdb, stream, -1)
+			p := startServe(b, sb.bin, sb.srv.URL(), nil, "--stream", stream)
+			counted := func() float64 {
+				m, _, err := scrape(sb.ctx, p.url("/metrics"))
 				if err != nil {
-					b.Fatal(err)
+					return -1
 				}
-				writeLive(ctx, b, sink, keys)
-				wrote := time.Now()
-				var n float64
-				if !waitFor(ctx, func() bool { n = counted(); return n >= liveEvents+1 }) {
-					b.Fatalf("serve counted %v of %d events", n, liveEvents+1)
-				}
-				lag += time.Since(wrote)
-				cpu1, err := procCPU(p.cmd.Process.Pid)
-				if err != nil {
-					b.Fatal(err)
-				}
-				cpu += cpu1 - cpu0
-				if n != liveEvents+1 {
-					b.Fatalf("serve counted %v events, want %d", n, liveEvents+1)
-				}
-				p.kill(b)
-				rdb.Del(ctx, stream)
+				return m.sum("lockscope_events_total")
 			}
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(liveEvents*b.N), "cpu-ns/event")
-			b.ReportMetric(float64(lag.Milliseconds())/float64(b.N), "lag-ms")
-		})
-	}
+			// One event first: serve is following the stream once it
+			// is counted, so what follows is read live, not replayed.
+			warm := []event.Event{{Type: event.Acquired, Key: "live:warm", Owner: "api/host-1/42", Lease: "1", TS: time.Now().UnixNano(), TTL: time.Second, Attempts: 1}}
+			if err := sink.Write(sb.ctx, warm); err != nil {
+				b.Fatal(err)
+			}
+			if !waitFor(sb.ctx, func() bool { return counted() >= 1 }) {
+				b.Fatal("serve did not count the first event")
+			}
+			cpu0, err := procCPU(p.cmd.Process.Pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			writeLive(sb.ctx, b, sink, sb.keys)
+			wrote := time.Now()
+			var n float64
+			if !waitFor(sb.ctx, func() bool { n = counted(); return n >= liveEvents+1 }) {
+				b.Fatalf("serve counted %v of %d events", n, liveEvents+1)
+			}
+			lag += time.Since(wrote)
+			cpu1, err := procCPU(p.cmd.Process.Pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cpu += cpu1 - cpu0
+			if n != liveEvents+1 {
+				b.Fatalf("serve counted %v events, want %d", n, liveEvents+1)
+			}
+			p.kill(b)
+			sb.rdb.Del(sb.ctx, stream)
+		}
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(liveEvents*b.N), "cpu-ns/event")
+		b.ReportMetric(float64(lag.Milliseconds())/float64(b.N), "lag-ms")
+	})
 }
 
 const (
