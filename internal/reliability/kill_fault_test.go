@@ -110,6 +110,7 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 		}
 		m, _, err := scrape(ctx, p1.url("/metrics"))
 		if err != nil {
+			time.Sleep(time.Millisecond)
 			continue
 		}
 		lastScrape = m.sum("lockscope_events_total")
