@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -85,6 +86,60 @@ func BenchmarkApply(b *testing.B) {
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
+}
+
+// BenchmarkApplyKeys measures aggregation per event of the serve
+// benchmarks' stream (internal/reliability): acquire + release pairs of keys
+// distinct keys in turn, in the emitter's batches of 512. Over 500 000 keys,
+// more than MaxKeys, every key is new when it comes, as order and job ids
+// are, and each acquisition evicts the least recently active key. Warmed up
+// by one pass over every key first: what it measures is the steady state.
+//
+//	go test -run '^$' -bench BenchmarkApplyKeys -benchtime 2000x ./collector/
+func BenchmarkApplyKeys(b *testing.B) {
+	for _, keys := range []int{10_000, 500_000} {
+		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) { benchmarkApplyKeys(b, keys) })
+	}
+}
+
+func benchmarkApplyKeys(b *testing.B, keys int) {
+	a, clk := newTestAggregator(b, Config{})
+	evs := make([]event.Event, 0, 2*keys)
+	for i := range keys {
+		k, lease := "order:"+strconv.Itoa(i), strconv.FormatInt(int64(i), 16)
+		evs = append(evs,
+			event.Event{Type: event.Acquired, Key: k, Owner: "api/host-1/42", Lease: lease, Wait: 200 * time.Microsecond, TTL: 30 * time.Second, Attempts: 1},
+			event.Event{Type: event.Released, Key: k, Owner: "api/host-1/42", Lease: lease, Hold: time.Microsecond})
+	}
+	const batch = 512
+	ts := aggT0.UnixNano()
+	apply := func(off int) int {
+		chunk := evs[off:min(off+batch, len(evs))]
+		for i := range chunk {
+			ts += 1000 // 1 µs apart: 1 M events/s
+			chunk[i].TS = ts
+		}
+		clk.Set(time.Unix(0, ts))
+		a.Apply(chunk)
+		return len(chunk)
+	}
+	for off := 0; off < len(evs); {
+		off += apply(off)
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	n, off := 0, 0
+	for i := 0; i < b.N; i++ {
+		n += apply(off)
+		if off += batch; off >= len(evs) {
+			off = 0
+		}
+		if i%200 == 0 {
+			a.Tick()
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 }
 
 // BenchmarkLocksPage measures one keys-page query over 100 000 tracked keys

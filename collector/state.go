@@ -377,6 +377,9 @@ func (l *list) each(f func(*keyState) bool) {
 	}
 }
 
+// maxShards bounds the shards of a keyTable.
+const maxShards = 64
+
 // keyTable is the sharded map of tracked keys.
 type keyTable struct {
 	seed   maphash.Seed
@@ -388,7 +391,7 @@ func newKeyTable(maxKeys int) *keyTable {
 	// Enough keys per shard that per-shard LRU approximates a global one,
 	// few enough that a reader's pass over one shard is short.
 	n := 1
-	for n < 64 && maxKeys/(n*2) >= 1024 {
+	for n < maxShards && maxKeys/(n*2) >= 1024 {
 		n *= 2
 	}
 	t := &keyTable{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
