@@ -488,6 +488,9 @@ func (a *applier) apply(b batch) {
 			bad++
 			a.malformed.note(c.log, m.ID, err)
 		}
+		if len(a.evs) >= decodeAhead {
+			a.flush()
+		}
 	}
 	a.flush()
 	if bad > 0 {
@@ -521,13 +524,32 @@ func (a *applier) replay(b batch) {
 		if a.evs, err = event.DecodeAppend(a.evs, b.msgs[i].Values); err != nil {
 			bad++
 		}
+		if len(a.evs) >= decodeAhead {
+			a.flushReplay(b.count)
+		}
 	}
 	if bad > 0 && b.count {
 		c.agg.Malformed(bad)
 	}
-	c.agg.Replay(a.evs, b.count)
-	c.applied.Add(int64(len(a.evs)))
+	a.flushReplay(b.count)
 	c.entries.Add(int64(len(b.msgs)))
+}
+
+// decodeAhead is how many decoded events the applier applies at once. A read
+// returns up to Count entries of up to an emitter batch each (64 × 512 events
+// by default): decoded all at once they filled a slice of 32 768 events
+// (5.6 MB) before the first was applied, which the applier then read back
+// from memory, and which grew from nothing in some fifteen steps the first
+// time, costing a newly started serve some 100 ms (BENCHMARKS.md, issue 16).
+// Applied every few entries, the events are still in the cache.
+const decodeAhead = 4096
+
+func (a *applier) flushReplay(count bool) {
+	if len(a.evs) == 0 {
+		return
+	}
+	a.c.agg.Replay(a.evs, count)
+	a.c.applied.Add(int64(len(a.evs)))
 	clear(a.evs)
 	a.evs = a.evs[:0]
 }

@@ -257,6 +257,76 @@ func TestIngestPackedAndSingleEntries(t *testing.T) {
 	}
 }
 
+// TestIngestAppliesLongReadsInPieces: a read of more events than
+// decodeAhead is applied a few entries at a time, through the group and in a
+// replica's replay alike. Every hold's acquisition ends one entry and its
+// release starts the next, so an event lost, applied twice or out of order
+// where a piece ends shows as a hold left open, a not_owner release or a
+// wrong count.
+func TestIngestAppliesLongReadsInPieces(t *testing.T) {
+	for _, replica := range []bool{false, true} {
+		// A shared group reads the backlog through XREADGROUP; a replica
+		// (the default) replays it first.
+		name := "group"
+		if replica {
+			name = "replica"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := redistest.Shared(t)
+			rdb := srv.Client(t)
+			prefix := redistest.KeyPrefix(t)
+			stream := prefix + "events"
+			keys := keyList(prefix+"order:", 1000)
+			evs := lockEvents(keys, 6, time.Now().Add(-time.Minute)) // 12 000 events
+			const per = 1499                                         // odd: each entry ends with an acquisition
+			entries := 0
+			for i := 0; i < len(evs); i += per {
+				xaddPacked(t, rdb, stream, evs[i:min(i+per, len(evs))])
+				entries++
+			}
+			if n := len(evs); n <= 2*decodeAhead || entries > DefaultCount {
+				t.Fatalf("%d events in %d entries: want more than %d, in one read", n, entries, 2*decodeAhead)
+			}
+
+			agg, reg := testAgg(t, Config{})
+			opt := &Options{Stream: stream, Group: prefix + "g"}
+			if replica {
+				opt.Group = ""
+			}
+			r := startCollector(t, rdb, agg, opt)
+			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= int64(len(evs)) })
+			waitFor(t, "ready", func() bool { return agg.Health() == nil })
+			if !replica {
+				waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, r.opt.Group) == 0 })
+			}
+			if got := eventsTotal(agg); got != int64(len(evs)) {
+				t.Errorf("Overview().EventsTotal = %d, want %d", got, len(evs))
+			}
+			pairs := float64(len(evs) / 2)
+			for _, c := range []struct {
+				name   string
+				labels []string
+				want   float64
+			}{
+				{"lockscope_acquisitions_total", nil, pairs},
+				{"lockscope_releases_total", []string{"outcome", "released"}, pairs},
+				{"lockscope_releases_total", []string{"outcome", event.ReasonNotOwner}, 0},
+				{"lockscope_held_locks", nil, 0},
+				{"lockscope_expirations_total", nil, 0},
+			} {
+				if got := metric(t, reg, c.name, c.labels...); got != c.want {
+					t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+				}
+			}
+			for _, k := range []string{keys[0], keys[499], keys[999]} {
+				if d, ok := agg.Lock(k); !ok || d.Acquisitions != 6 || d.Held {
+					t.Errorf("Lock(%q) = {Acquisitions:%d Held:%v}, %v; want {Acquisitions:6 Held:false}, true", k, d.Acquisitions, d.Held, ok)
+				}
+			}
+		})
+	}
+}
+
 func TestIngestBackfillNegativeStartsAtEnd(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
