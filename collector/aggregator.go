@@ -390,14 +390,16 @@ func (a *Aggregator) warmLocked(evs []event.Event) []uint64 {
 	hs := a.hashes[:0]
 	var sum uint64
 	var fresh [maxShards]uint16 // per shard: events whose key is not at its home slot
+	var prev uint64
 	for i := range evs {
 		h := a.keys.hash(evs[i].Key)
 		hs = append(hs, h)
 		e := a.keys.shardOf(h).peek(h)
 		sum += e
-		if uint32(e>>32) != uint32(h>>32) {
+		if uint32(e>>32) != uint32(h>>32) && (h != prev || i == 0) {
 			fresh[h&a.keys.mask]++
 		}
+		prev = h
 	}
 	a.hashes, a.warm = hs, sum+a.warmVictimsLocked(&fresh)
 	return hs
@@ -405,9 +407,11 @@ func (a *Aggregator) warmLocked(evs []event.Event) []uint64 {
 
 // warmVictimsLocked loads the keys that full shards will evict for the new
 // keys of a chunk: each shard's least recently active idle keys, as many as
-// the chunk has events that may bring a new key there (fresh; an event whose
-// key is not at its home slot in the index, which counts an acquisition and
-// its release of one new key twice). A stream of distinct keys (order ids)
+// the chunk has events that may bring a new key there (fresh: events whose
+// key is not at its home slot in the index, but for the second of adjacent
+// events of one key, such as a short hold's acquisition and release; other
+// events of a new key count again, and the extra victims loaded are the
+// next chunk's). A stream of distinct keys (order ids)
 // evicts one key per acquisition, and evicting reads a key that has been
 // idle longest, so is cold: its state (four cache lines, all rewritten when
 // its slot is freed for the new key), its index slot and its ring buffer,
