@@ -154,23 +154,40 @@ func (s *liveSketch) up(j int) {
 	}
 }
 
+// down restores the heap after the count at j grew. It works bottom-up: the
+// smaller child moves up into the hole, one comparison a level, down to a
+// leaf, and the grown node then climbs back to its place. A replaced minimum
+// takes the floor plus its weight, above most counts, so its place is near
+// the leaves: the climb is short, and each level costs one comparison
+// instead of two.
 func (s *liveSketch) down(j int) {
 	n := len(s.heap)
+	x := s.heap[j]
+	top := j
 	for {
 		l := 2*j + 1
 		if l >= n {
-			return
+			break
 		}
 		m := l
-		if r := l + 1; r < n && s.less(r, l) {
+		if r := l + 1; r < n && s.heap[r].count < s.heap[l].count {
 			m = r
 		}
-		if !s.less(m, j) {
-			return
-		}
-		s.swap(j, m)
+		s.heap[j] = s.heap[m]
+		s.pos[s.heap[j].ent] = int32(j)
 		j = m
 	}
+	for j > top {
+		p := (j - 1) / 2
+		if s.heap[p].count <= x.count {
+			break
+		}
+		s.heap[j] = s.heap[p]
+		s.pos[s.heap[j].ent] = int32(j)
+		j = p
+	}
+	s.heap[j] = x
+	s.pos[x.ent] = int32(j)
 }
 
 // freeze returns an immutable copy of the sketch.
