@@ -21,14 +21,17 @@ import (
 // drainEvents events (acquired + released pairs, packed batches of 512),
 // then the real `lockscope serve` binary started on it with a new group;
 // timed from the process start until its /metrics counts every event.
-// Reported: events/s (wall clock) and serve's CPU time per event
-// (user+system from /proc, start-up included).
+// Reported: events/s (wall clock), serve's CPU time per event
+// (user+system from /proc, start-up included) and its minor page faults:
+// each is a page of memory touched for the first time, which the kernel
+// maps and zeroes (some 13 µs a page on this project's VM, BENCHMARKS.md).
 //
 //	go test -run '^$' -bench BenchmarkServeDrain -benchtime 1x -count 5 ./internal/reliability/
 func BenchmarkServeDrain(b *testing.B) {
 	forKeyCounts(b, func(b *testing.B, sb serveBench) {
 		var elapsed time.Duration
 		var cpu time.Duration
+		var faults int64
 		for i := 0; i < b.N; i++ {
 			stream := "drain:" + strconv.Itoa(i)
 			fillStream(sb.ctx, b, lock.NewStreamSink(sb.rdb, stream, -1), sb.keys)
@@ -45,11 +48,12 @@ func BenchmarkServeDrain(b *testing.B) {
 				b.Fatalf("serve counted %v of %d events", counted, drainEvents)
 			}
 			elapsed += time.Since(start)
-			c, err := procCPU(p.cmd.Process.Pid)
+			st, err := readProcStat(p.cmd.Process.Pid)
 			if err != nil {
 				b.Fatal(err)
 			}
-			cpu += c
+			cpu += st.cpu
+			faults += st.minflt
 			if counted != drainEvents {
 				b.Fatalf("serve counted %v events, want %d", counted, drainEvents)
 			}
@@ -58,6 +62,7 @@ func BenchmarkServeDrain(b *testing.B) {
 		}
 		b.ReportMetric(float64(drainEvents*b.N)/elapsed.Seconds(), "events/s")
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(drainEvents*b.N), "cpu-ns/event")
+		b.ReportMetric(float64(faults)/float64(b.N), "page-faults")
 	})
 }
 
@@ -228,18 +233,31 @@ func writeLive(ctx context.Context, b *testing.B, s *lock.StreamSink, keys, rate
 
 // procCPU is the user+system CPU time of process pid so far.
 func procCPU(pid int) (time.Duration, error) {
+	st, err := readProcStat(pid)
+	return st.cpu, err
+}
+
+// procStat is what the serve benchmarks read of a process from /proc.
+type procStat struct {
+	cpu    time.Duration // user + system
+	minflt int64         // minor page faults: memory touched for the first time
+}
+
+func readProcStat(pid int) (procStat, error) {
 	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return procStat{}, err
 	}
-	// Fields after the command name (which is in parentheses): utime and
-	// stime are the 12th and 13th, in clock ticks (100 per second).
+	// Fields after the command name (which is in parentheses): minflt is
+	// the 8th, utime and stime the 12th and 13th, in clock ticks (100 per
+	// second).
 	s := string(raw)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	mf, err0 := strconv.ParseInt(f[7], 10, 64)
 	ut, err1 := strconv.ParseInt(f[11], 10, 64)
 	st, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, os.ErrInvalid
+	if err0 != nil || err1 != nil || err2 != nil {
+		return procStat{}, os.ErrInvalid
 	}
-	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+	return procStat{cpu: time.Duration(ut+st) * 10 * time.Millisecond, minflt: mf}, nil
 }
