@@ -34,7 +34,7 @@ func BenchmarkServeDrain(b *testing.B) {
 		var faults int64
 		for i := 0; i < b.N; i++ {
 			stream := "drain:" + strconv.Itoa(i)
-			fillStream(sb.ctx, b, lock.NewStreamSink(sb.rdb, stream, -1), sb.keys)
+			fillStream(sb.ctx, b, lock.NewStreamSink(sb.rdb, stream, -1), sb.keys, *drainN)
 			start := time.Now()
 			p := startServe(b, sb.bin, sb.srv.URL(), nil, "--stream", stream)
 			var counted float64
@@ -43,9 +43,9 @@ func BenchmarkServeDrain(b *testing.B) {
 				if err == nil {
 					counted = m.sum("lockscope_events_total")
 				}
-				return counted >= drainEvents
+				return counted >= float64(*drainN)
 			}) {
-				b.Fatalf("serve counted %v of %d events", counted, drainEvents)
+				b.Fatalf("serve counted %v of %d events", counted, *drainN)
 			}
 			elapsed += time.Since(start)
 			st, err := readProcStat(p.cmd.Process.Pid)
@@ -54,14 +54,14 @@ func BenchmarkServeDrain(b *testing.B) {
 			}
 			cpu += st.cpu
 			faults += st.minflt
-			if counted != drainEvents {
-				b.Fatalf("serve counted %v events, want %d", counted, drainEvents)
+			if counted != float64(*drainN) {
+				b.Fatalf("serve counted %v events, want %d", counted, *drainN)
 			}
 			p.kill(b)
 			sb.rdb.Del(sb.ctx, stream)
 		}
-		b.ReportMetric(float64(drainEvents*b.N)/elapsed.Seconds(), "events/s")
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(drainEvents*b.N), "cpu-ns/event")
+		b.ReportMetric(float64(*drainN*b.N)/elapsed.Seconds(), "events/s")
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(*drainN*b.N), "cpu-ns/event")
 		b.ReportMetric(float64(faults)/float64(b.N), "page-faults")
 	})
 }
@@ -89,14 +89,20 @@ func forKeyCounts(b *testing.B, f func(b *testing.B, sb serveBench)) {
 
 const drainEvents = 1_000_000
 
-// fillStream writes drainEvents events: acquire and release of keys
-// distinct keys in turn, timestamps over the last minute.
-func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys int) {
+// drainN is the backlog BenchmarkServeDrain drains. Over 500 000 keys a new
+// serve fills its key table (200 000 keys) in the first 400 000 events and
+// evicts a key per acquisition after that: a longer backlog weighs that
+// start less.
+var drainN = flag.Int("drain-events", drainEvents, "BenchmarkServeDrain: events in the backlog")
+
+// fillStream writes n events: acquire and release of keys distinct keys in
+// turn, timestamps over the last minute.
+func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys, n int) {
 	b.Helper()
 	batch := make([]event.Event, 0, 512)
 	base := time.Now().Add(-time.Minute).UnixNano()
-	step := int64(time.Minute) / drainEvents
-	for i := 0; i < drainEvents; i += 2 {
+	step := int64(time.Minute) / int64(n)
+	for i := 0; i < n; i += 2 {
 		k := "order:" + strconv.Itoa(i/2%keys)
 		lease := strconv.FormatInt(int64(i), 16)
 		ts := base + int64(i)*step

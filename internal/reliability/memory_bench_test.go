@@ -31,7 +31,7 @@ func BenchmarkServeMemory(b *testing.B) {
 	var peak int64
 	for i := 0; i < b.N; i++ {
 		stream := "mem:" + strconv.Itoa(i)
-		fillStream(ctx, b, lock.NewStreamSink(rdb, stream, -1), 500_000)
+		fillStream(ctx, b, lock.NewStreamSink(rdb, stream, -1), 500_000, drainEvents)
 		p := startServe(b, bin, srv.URL(), nil, "--stream", stream)
 		qctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
