@@ -150,13 +150,19 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 // entries. A busy stream gets an entry per emitter batch, and without a
 // pause each would cost a read, an acknowledgement and the wake-ups of the
 // goroutines and threads around them, which cost serve two thirds as much
-// CPU as applying the entry's 512 events. Serve following 250 000 events/s
-// spent 12 % less CPU per event with 5 ms, 25–28 % less with 20 ms, and no
-// less again with 50 ms (BenchmarkServeLive, BENCHMARKS.md, issue 16).
-// Entries written meanwhile wait at most this long more, well within the
-// dashboard's refresh; a read that finds the stream idle blocks as before,
-// so the first entry after a quiet spell is read at once.
-const readPace = 20 * time.Millisecond
+// CPU as applying the entry's 512 events. Each burst of work after an idle
+// moment also puts the Go runtime's monitor thread (sysmon) back to waking
+// every 20 µs for a millisecond or more: on the project's VM, where a sleep
+// and a wake-up cost tens of microseconds, that was an eighth of serve's CPU
+// at 20 ms. Serve following 250 000 events/s spent 12 % less CPU per event
+// with 5 ms than with none, 25–28 % less again with 20 ms, and a warmed-up
+// serve 15–25 % less again with 50 ms; 100 ms gained little more
+// (BenchmarkServeLive, BENCHMARKS.md, issue 16). Entries written meanwhile
+// wait at most this long more (an event reaches the queries within 55 ms at
+// p99, 25 ms with 20 ms, BenchmarkFreshness), well within the dashboard's refresh of
+// 2 s or more; a read that finds the stream idle blocks as before, so the
+// first entry after a quiet spell is read at once.
+const readPace = 50 * time.Millisecond
 
 // pace waits until readPace has passed since readAt, or ctx ends.
 func pace(ctx context.Context, readAt time.Time) {
