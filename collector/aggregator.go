@@ -411,14 +411,15 @@ func (a *Aggregator) warmLocked(evs []event.Event) []uint64 {
 // key is not at its home slot in the index, but for the second of adjacent
 // events of one key, such as a short hold's acquisition and release; other
 // events of a new key count again, and the extra victims loaded are the
-// next chunk's). A stream of distinct keys (order ids)
-// evicts one key per acquisition, and evicting reads a key that has been
-// idle longest, so is cold: its state (four cache lines, all rewritten when
-// its slot is freed for the new key), its index slot and its ring buffer,
-// which the new key takes over. Read one after the other as keyLocked
-// evicts, these were a third of applying such a stream. Here the shards'
-// idle lists are walked side by side, a step each per round, so that the
-// misses of different shards overlap. Returns the sum of the loads.
+// next chunk's). A stream of distinct keys (order ids) evicts one key per
+// acquisition, and evicting reads a key that has been idle longest, so is
+// cold: its state (four cache lines, all rewritten when its slot is freed
+// for the new key), its index slot and its ring buffer, which the new key
+// takes over. Read one after the other as keyLocked evicts, these were a
+// third of applying such a stream. Here the shards' idle lists are walked
+// side by side, a step each per round, so that the misses of different
+// shards overlap. Runs under mu alone, like the index loads: every writer
+// of the lists holds mu. Returns the sum of the loads.
 func (a *Aggregator) warmVictimsLocked(fresh *[maxShards]uint16) uint64 {
 	var at [maxShards]*keyState // per shard: the next victim to load, or nil
 	var left [maxShards]int

@@ -158,10 +158,10 @@ func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
 // with 5 ms than with none, 25–28 % less again with 20 ms, and a warmed-up
 // serve 15–25 % less again with 50 ms; 100 ms gained little more
 // (BenchmarkServeLive, BENCHMARKS.md, issue 16). Entries written meanwhile
-// wait at most this long more (an event reaches the queries within 55 ms at
-// p99, 25 ms with 20 ms, BenchmarkFreshness), well within the dashboard's refresh of
-// 2 s or more; a read that finds the stream idle blocks as before, so the
-// first entry after a quiet spell is read at once.
+// wait at most this long more: an event reaches the queries within 55 ms at
+// p99 (25 ms with 20 ms, BenchmarkFreshness), well within the dashboard's
+// refresh of 2 s or more. A read that finds the stream idle blocks as
+// before, so the first entry after a quiet spell is read at once.
 const readPace = 50 * time.Millisecond
 
 // pace waits until readPace has passed since readAt, or ctx ends.

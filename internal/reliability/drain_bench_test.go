@@ -18,9 +18,10 @@ import (
 
 // BenchmarkServeDrain measures the collector end to end the way an operator
 // would see it: a stream pre-filled by the lock package's StreamSink with
-// drainEvents events (acquired + released pairs, packed batches of 512),
-// then the real `lockscope serve` binary started on it with a new group;
-// timed from the process start until its /metrics counts every event.
+// -drain-events events (1 M by default; acquired + released pairs, packed
+// batches of 512), then the real `lockscope serve` binary started on it with
+// a new group; timed from the process start until its /metrics counts every
+// event.
 // Reported: events/s (wall clock), serve's CPU time per event
 // (user+system from /proc, start-up included) and its minor page faults:
 // each is a page of memory touched for the first time, which the kernel
@@ -134,8 +135,9 @@ func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys, n i
 // -live-cold measures a new serve instead, whose first 200 000 keys take
 // memory the kernel has not mapped yet.
 // Reported: serve's CPU time per event from the first measured write until
-// its /metrics counts them all (issue 16's goal: at most 1 µs), and lag-ms,
-// the time from the last write until then (how far behind serve was).
+// its /metrics counts them all (issue 16's goal: at most 1 µs), lag-ms, the
+// time from the last write until then (how far behind serve was), and
+// serve's minor page faults meanwhile.
 //
 //	go test -run '^$' -bench BenchmarkServeLive -benchtime 1x -count 3 ./internal/reliability/
 func BenchmarkServeLive(b *testing.B) {
