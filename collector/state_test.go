@@ -3,6 +3,7 @@ package collector
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -564,5 +565,111 @@ func TestConcurrentQueries(t *testing.T) {
 	wg.Wait()
 	if o := a.Overview(); o.EventsTotal != 20_000+6667 {
 		t.Errorf("EventsTotal = %d, want %d", o.EventsTotal, 20_000+6667)
+	}
+}
+
+// TestEvictionTakesLeastRecentlyActiveIdleKey: a full shard evicts, for
+// each new key, its least recently active idle key, and a held key only
+// when none is idle; loading the victims ahead of a chunk (warmVictimsLocked)
+// must not change which. Checked against a model of each shard's recency
+// order, over one shard and over four, with new keys arriving in chunks of
+// up to applyChunk events, as acquire + release pairs and as lone
+// acquisitions.
+func TestEvictionTakesLeastRecentlyActiveIdleKey(t *testing.T) {
+	for _, maxKeys := range []int{1000, 4096} {
+		t.Run(fmt.Sprintf("max=%d", maxKeys), func(t *testing.T) {
+			a, clk := newTestAggregator(t, Config{MaxKeys: maxKeys})
+			clk.Set(aggT0.Add(time.Hour))
+			// The model: per shard, keys from least to most recently
+			// active, and which of them are held.
+			order := make([][]string, len(a.keys.shards))
+			held := map[string]bool{}
+			shardOf := func(key string) int { return int(a.keys.hash(key) & a.keys.mask) }
+			touch := func(key string) {
+				s := shardOf(key)
+				order[s] = slices.DeleteFunc(order[s], func(k string) bool { return k == key })
+				if len(order[s]) == a.keys.shards[s].cap {
+					victim := -1
+					for i, k := range order[s] {
+						if !held[k] {
+							victim = i
+							break
+						}
+					}
+					if victim < 0 {
+						victim = 0 // every key held: the least recently active hold goes
+					}
+					delete(held, order[s][victim])
+					order[s] = slices.Delete(order[s], victim, victim+1)
+				}
+				order[s] = append(order[s], key)
+			}
+			at := time.Duration(0)
+			var evs []event.Event
+			hold := func(key string) {
+				at += time.Microsecond
+				evs = append(evs, acquired(key, "o", "l:"+key, at, 0, 1, time.Hour))
+				touch(key)
+				held[key] = true
+			}
+			cycle := func(key string) {
+				hold(key)
+				at += time.Microsecond
+				evs = append(evs, ended(event.Released, key, "o", "l:"+key, at, time.Microsecond, ""))
+				held[key] = false
+			}
+			apply := func() {
+				a.Apply(evs)
+				evs = evs[:0]
+			}
+
+			for i := range maxKeys { // fill every shard, all idle
+				cycle("k" + strconv.Itoa(i))
+			}
+			apply()
+			for i := 0; i < maxKeys/10; i++ { // the first tenth active again
+				cycle("k" + strconv.Itoa(i))
+			}
+			for i := maxKeys / 10; i < maxKeys/10+20; i++ { // then 20 held
+				hold("k" + strconv.Itoa(i))
+			}
+			apply()
+			for i := range maxKeys / 4 { // new keys: pairs, then lone acquisitions
+				if i%2 == 0 {
+					cycle("n" + strconv.Itoa(i))
+				} else {
+					hold("n" + strconv.Itoa(i))
+				}
+			}
+			apply()
+			check := func(when string) {
+				t.Helper()
+				want := map[string]bool{}
+				for _, keys := range order {
+					for _, k := range keys {
+						want[k] = true
+					}
+				}
+				if n := a.tracked.Load(); n != int64(len(want)) {
+					t.Errorf("%s: tracked = %d, want %d", when, n, len(want))
+				}
+				for _, prefix := range []string{"k", "n", "h"} {
+					for i := range maxKeys * 2 {
+						k := prefix + strconv.Itoa(i)
+						if _, ok := a.Lock(k); ok != want[k] {
+							t.Fatalf("%s: Lock(%q) found = %v, want %v (eviction order)", when, k, ok, want[k])
+						}
+					}
+				}
+			}
+			check("after new keys")
+
+			// Every key held: new keys evict the least recently active holds.
+			for i := range maxKeys * 2 {
+				hold("h" + strconv.Itoa(i))
+			}
+			apply()
+			check("with every key held")
+		})
 	}
 }
