@@ -41,7 +41,8 @@ import (
 //     expired. A key keeps up to maxPending parked holds, each decided on
 //     its own.
 //     A renewal after a declared expiry revives the hold; the counter keeps
-//     its count.
+//     its count, and the revived hold's end, however it comes, counts no
+//     second expiration nor hold time: it is one hold.
 //   - Handoff: an acquisition by a different owner than the key's previous
 //     owner (remembered while the key is tracked).
 //   - Hold time is observed once per hold, when it ends; a not_owner
@@ -707,8 +708,11 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 		if hold == 0 {
 			hold = time.Duration(max(ts-p.since, 0))
 		}
+		counted := p.counted
 		a.resolvePendingLocked(k, p, false, false)
-		a.holdLocked(k, hold)
+		if !counted {
+			a.holdLocked(k, hold)
+		}
 	case !k.endedAlready(lease, owner):
 		// A hold we never saw begin (collector started mid-hold, or its
 		// start was superseded): its own figure is all there is.
@@ -723,6 +727,10 @@ func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.
 	k.class.held--
 	unlink(k)
 	sh.idle.pushFront(k)
+	if k.revived {
+		k.revived = false // its hold time was observed when it was declared expired
+		return
+	}
 	a.holdLocked(k, hold)
 }
 
@@ -736,8 +744,9 @@ func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {
-		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt})
+		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived})
 	}
+	k.revived = false
 }
 
 // parkLocked adds p to k's pending holds, deciding the oldest as expired if
@@ -799,7 +808,7 @@ func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, 
 	}
 	*at = p.next
 	p.next = nil
-	if expired {
+	if expired && !p.counted {
 		a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
 		a.holdLocked(k, time.Duration(p.expires-p.since))
 	}
@@ -812,7 +821,12 @@ func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, 
 
 // expireLocked ends k's current hold as expired-while-held.
 func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Duration, confirmed bool, reason string) {
-	a.countExpirationLocked(k, k.owner, k.lease, at, hold, confirmed)
+	switch {
+	case !k.revived:
+		a.countExpirationLocked(k, k.owner, k.lease, at, hold, confirmed)
+	case confirmed:
+		a.exps.confirm(k.expSeq) // the expiration counted when it was declared
+	}
 	outer, outerKey := a.rec, a.recKey
 	if outer != nil && outerKey == k && outer.obs != 0 && k.stats == nil {
 		// The expiry's record goes into the ring before the event's own:
@@ -890,6 +904,7 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 		// proves the lock was still held; the counter keeps its count) or
 		// we never saw this hold begin: held at least since now.
 		resumed := k.endedAlready(lease, owner)
+		k.revived = resumed // only an expired hold gets here ended and renewed
 		k.held = true
 		k.class.held++
 		unlink(k)

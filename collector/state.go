@@ -35,6 +35,7 @@ type keyState struct {
 	held        bool
 	degraded    bool
 	passive     bool
+	revived     bool   // the hold was declared expired, then renewed: its expiration and hold time are counted
 	ended       uint8  // how the last hold ended (end*)
 	recN        uint16 // records in recent
 
@@ -80,6 +81,7 @@ type keyState struct {
 type pendingHold struct {
 	lease, owner   string
 	since, expires int64
+	counted        bool // revived before it was superseded (keyState.revived)
 	next           *pendingHold
 }
 

@@ -13,7 +13,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/lockscope/lockscope/event"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 )
 
 func expirations(a *Aggregator, class string) float64 {
@@ -671,5 +673,115 @@ func TestEvictionTakesLeastRecentlyActiveIdleKey(t *testing.T) {
 			apply()
 			check("with every key held")
 		})
+	}
+}
+
+// TestRevivedHoldCountsOnce: a renewal that arrives after the grace, when
+// the hold was already declared expired, revives it (the renewal proves the
+// lock was held) and the counter keeps its count. The hold then ends, by a
+// lost event at its TTL, an expired event, a keyspace notification or a
+// release: that is still one hold, with one expiration and one hold time.
+// A replica that read the renewal in time counts the one expiration too.
+// (Two replicas of TestTwoReplicasAndASIGKILLShowOneTruth disagreed by one
+// when a paused holder's renewal reached one of them after the grace.)
+func TestRevivedHoldCountsOnce(t *testing.T) {
+	ms := time.Millisecond
+	holdCount := func(a *Aggregator, class string) uint64 {
+		t.Helper()
+		m := &dto.Metric{}
+		if err := a.m.hold.WithLabelValues(class).(prometheus.Histogram).Write(m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetHistogram().GetSampleCount()
+	}
+	for _, end := range []struct {
+		name string
+		ev   func(at time.Duration) event.Event
+		keys bool // end by a keyspace notification
+	}{
+		{name: "lost", ev: func(at time.Duration) event.Event { return ended(event.Lost, "rv:1", "A", "L1", at, 0, "") }},
+		{name: "expired", ev: func(at time.Duration) event.Event { return ended(event.Expired, "rv:1", "A", "L1", at, 0, "") }},
+		{name: "keyspace", keys: true},
+		{name: "released", ev: func(at time.Duration) event.Event { return ended(event.Released, "rv:1", "A", "L1", at, 0, "") }},
+	} {
+		t.Run(end.name, func(t *testing.T) {
+			a, clk := newTestAggregator(t, Config{})
+			a.Apply([]event.Event{acquired("rv:1", "A", "L1", 0, 0, 1, time.Second)})
+			clk.Set(aggT0.Add(2100 * ms)) // past the TTL and the 1 s grace
+			a.Tick()
+			if got := expirations(a, "rv:*"); got != 1 {
+				t.Fatalf("expirations after the grace = %v, want 1", got)
+			}
+			// The holder renewed at 500 ms; its event comes late.
+			a.Apply([]event.Event{renewed("rv:1", "A", "L1", 500*ms, time.Second)})
+			if d := mustLock(t, a, "rv:1"); !d.Held {
+				t.Fatalf("Lock(rv:1).Held = false after the late renewal, want revived")
+			}
+			// Then the hold ends for good.
+			if end.keys {
+				a.KeyExpired("rv:1")
+			} else {
+				a.Apply([]event.Event{end.ev(1600 * ms)})
+			}
+			clk.Set(aggT0.Add(5 * time.Second))
+			a.Tick()
+			if d := mustLock(t, a, "rv:1"); d.Held {
+				t.Errorf("Lock(rv:1).Held = true after its end")
+			}
+			if got := expirations(a, "rv:*"); got != 1 {
+				t.Errorf("expirations = %v, want 1: one hold", got)
+			}
+			if got := a.Overview().Expirations5m; got != 1 {
+				t.Errorf("Overview().Expirations5m = %d, want 1", got)
+			}
+			if e := a.Expirations(10); len(e) != 1 {
+				t.Errorf("Expirations() = %d entries, want 1", len(e))
+			}
+			if got := holdCount(a, "rv:*"); got != 1 {
+				t.Errorf("hold time observed %d times, want once", got)
+			}
+			// The key's next hold counts on its own.
+			a.Apply([]event.Event{acquired("rv:1", "B", "L2", 5*time.Second, 0, 1, time.Second)})
+			clk.Set(aggT0.Add(8 * time.Second))
+			a.Tick()
+			if got := expirations(a, "rv:*"); got != 2 {
+				t.Errorf("expirations after the next hold lapsed = %v, want 2", got)
+			}
+			if got := holdCount(a, "rv:*"); got != 2 {
+				t.Errorf("hold time observed %d times after the next hold, want 2", got)
+			}
+		})
+	}
+}
+
+// TestRevivedHoldSupersededCountsOnce: a revived hold that another owner
+// takes after its TTL is decided as expired once the grace passes; it was
+// counted when first declared expired, so it is not counted again.
+func TestRevivedHoldSupersededCountsOnce(t *testing.T) {
+	ms := time.Millisecond
+	a, clk := newTestAggregator(t, Config{})
+	a.Apply([]event.Event{acquired("rs:1", "A", "L1", 0, 0, 1, time.Second)})
+	clk.Set(aggT0.Add(2100 * ms))
+	a.Tick()
+	a.Apply([]event.Event{renewed("rs:1", "A", "L1", 500*ms, time.Second)}) // late: revives
+	// B takes the key after the renewed TTL (1.5 s); A's end never comes.
+	a.Apply([]event.Event{acquired("rs:1", "B", "L2", 1600*ms, 0, 1, time.Minute)})
+	clk.Set(aggT0.Add(5 * time.Second))
+	a.Tick()
+	if got := expirations(a, "rs:*"); got != 1 {
+		t.Errorf("expirations = %v, want 1: A's one hold", got)
+	}
+	if d := mustLock(t, a, "rs:1"); !d.Held || d.Owner != "B" {
+		t.Errorf("Lock(rs:1) held %v by %q, want held by B", d.Held, d.Owner)
+	}
+	// Without the revival the same superseded hold counts once too.
+	b, clkB := newTestAggregator(t, Config{})
+	clkB.Set(aggT0.Add(1700 * ms))
+	b.Apply([]event.Event{acquired("rs:1", "A", "L1", 0, 0, 1, time.Second), renewed("rs:1", "A", "L1", 500*ms, time.Second),
+		acquired("rs:1", "B", "L2", 1600*ms, 0, 1, time.Minute)})
+	clkB.Set(aggT0.Add(5 * time.Second))
+	b.Tick()
+	if got := expirations(b, "rs:*"); got != 1 {
+		t.Errorf("expirations with the renewal in time = %v, want 1", got)
 	}
 }
