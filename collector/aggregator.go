@@ -428,7 +428,7 @@ func (a *Aggregator) warmVictimsLocked(fresh *[maxShards]uint16) uint64 {
 	more := false
 	for i := range shards {
 		sh := &shards[i]
-		if n := sh.count + int(fresh[i]) - sh.cap; n > 0 && fresh[i] > 0 {
+		if n := sh.count + int(fresh[i]) - sh.cap; n > 0 { // count <= cap: n > 0 needs fresh keys
 			at[i], left[i], more = sh.idle.back(), min(n, int(fresh[i])), true
 		}
 	}

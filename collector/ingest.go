@@ -495,10 +495,10 @@ func (a *applier) apply(b batch) {
 			a.malformed.note(c.log, m.ID, err)
 		}
 		if len(a.evs) >= decodeAhead {
-			a.flush()
+			a.flush(false, false)
 		}
 	}
-	a.flush()
+	a.flush(false, false)
 	if bad > 0 {
 		c.agg.Malformed(bad)
 	}
@@ -531,13 +531,13 @@ func (a *applier) replay(b batch) {
 			bad++
 		}
 		if len(a.evs) >= decodeAhead {
-			a.flushReplay(b.count)
+			a.flush(true, b.count)
 		}
 	}
 	if bad > 0 && b.count {
 		c.agg.Malformed(bad)
 	}
-	a.flushReplay(b.count)
+	a.flush(true, b.count)
 	c.entries.Add(int64(len(b.msgs)))
 }
 
@@ -550,21 +550,17 @@ func (a *applier) replay(b batch) {
 // Applied every few entries, the events are still in the cache.
 const decodeAhead = 4096
 
-func (a *applier) flushReplay(count bool) {
+// flush applies the decoded events: live, or for a replay by event time,
+// counted only when count is set.
+func (a *applier) flush(replay, count bool) {
 	if len(a.evs) == 0 {
 		return
 	}
-	a.c.agg.Replay(a.evs, count)
-	a.c.applied.Add(int64(len(a.evs)))
-	clear(a.evs)
-	a.evs = a.evs[:0]
-}
-
-func (a *applier) flush() {
-	if len(a.evs) == 0 {
-		return
+	if replay {
+		a.c.agg.Replay(a.evs, count)
+	} else {
+		a.c.agg.Apply(a.evs)
 	}
-	a.c.agg.Apply(a.evs)
 	a.c.applied.Add(int64(len(a.evs)))
 	// Drop references into the entries so they can be collected.
 	clear(a.evs)
