@@ -958,7 +958,7 @@ func (a *Aggregator) KeyExpired(key string) {
 // Tick declares expired the holds whose TTL lapsed more than ExpiryGrace ago
 // by the event clock, decides superseded holds whose grace has passed, and
 // (at most once a second, the thresholds being minutes) refreshes the stuck
-// and oldest-hold figures of every class.
+// and oldest-hold figures of every class and looks for deadlocks.
 func (a *Aggregator) Tick() {
 	now := a.nowNS()
 	a.mu.Lock()
@@ -969,12 +969,16 @@ func (a *Aggregator) Tick() {
 	a.advanceLocked(now)
 	a.unparkDueLocked(now)
 	a.expireDueLocked(a.eventClock(now))
-	if a.lastScan != 0 && now-a.lastScan < int64(time.Second) && now >= a.lastScan {
+	if a.lastScan != 0 && now-a.lastScan < int64(scanEvery) && now >= a.lastScan {
 		return
 	}
 	a.scanLocked(now, a.eventClock(now))
 	a.scanWaitsLocked(a.eventClock(now))
 }
+
+// scanEvery is how often Tick scans every key (stuck and oldest holds) and
+// the waiters (deadlocks).
+const scanEvery = time.Second
 
 // expireDueLocked declares expired the holds whose TTL lapsed more than
 // ExpiryGrace before clock, and decides superseded holds the same way.

@@ -85,7 +85,10 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 // again from the next Apply or Tick. Holds whose TTL lapsed before
 // countedBefore (when the previous incarnation stopped) were declared
 // expired, and counted, by the previous incarnation: they are declared
-// expired here, muted. Later ones are counted by the next Tick.
+// expired here, muted. Later ones are counted by the next Tick. So are
+// deadlocks: those among the replayed waiters that had formed a scan before
+// countedBefore were counted by the previous incarnation (see
+// knownCyclesLocked).
 func (a *Aggregator) EndReplay(countedBefore time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -96,6 +99,7 @@ func (a *Aggregator) EndReplay(countedBefore time.Time) {
 		// hold whose TTL lapsed before it stopped.
 		a.expireDueLocked(countedBefore.UnixNano() + int64(a.cfg.ExpiryGrace))
 		a.muteLocked(false)
+		a.knownCyclesLocked(countedBefore.UnixNano() - int64(scanEvery))
 	}
 	a.replaying = max(a.replaying-1, 0)
 }

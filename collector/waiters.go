@@ -285,6 +285,31 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 	a.waits.mu.Unlock()
 }
 
+// knownCyclesLocked records the deadlocks among the replayed waiters that
+// formed (their last member began to wait) before formedBefore as found
+// already, so that the next scan does not count them: the previous
+// incarnation found and counted them, and deadlocks_detected_total would
+// otherwise count each deadlock again at every restart while it lasts.
+// EndReplay passes a scan period before the previous incarnation stopped
+// counting: a deadlock that formed in its last second may not have been
+// scanned, and is counted here rather than risk counting it nowhere.
+// Called with mu held.
+func (a *Aggregator) knownCyclesLocked(formedBefore int64) {
+	g := buildGraph(a.waits.snapshotHolding(), a.holderOf)
+	a.waits.mu.Lock()
+	defer a.waits.mu.Unlock()
+	for _, c := range g.cycles() {
+		formed := int64(0)
+		for _, i := range c {
+			formed = max(formed, g.ws[i].since)
+		}
+		if formed < formedBefore {
+			cy := g.cycleOf(c)
+			a.waits.cycles[cy.id] = cy
+		}
+	}
+}
+
 // deadlockCycles returns the number of cycles found by the last scan.
 func (w *waits) deadlockCycles() int {
 	w.mu.Lock()

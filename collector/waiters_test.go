@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -211,5 +213,80 @@ func TestDeadlocksMatchBlockingCycles(t *testing.T) {
 	}
 	if !reflect.DeepEqual(d, b) {
 		t.Errorf("Deadlocks = %+v, want Blocking().Cycles = %+v", d, b)
+	}
+}
+
+// A restarted collector replays the waits of a deadlock that still lasts.
+// Its previous incarnation counted that deadlock in
+// lockscope_deadlocks_detected_total; the new one, whose counter starts at
+// zero, shows the deadlock without counting it again. A deadlock that formed
+// within a scan of the previous incarnation's stop (it may not have seen it),
+// after it (in the counted part of the replay), or live is counted once.
+func TestReplayedDeadlockNotCountedAgain(t *testing.T) {
+	waiting := func(key, owner, lease string, at time.Duration, holds ...string) event.Event {
+		e := ev(event.Waiting, key, owner, lease, at)
+		e.Wait, e.Reason = time.Minute, event.JoinLeases(holds)
+		return e
+	}
+	// deadlock: A holds a and waits for b, B holds b and waits for a, the
+	// last wait beginning at formed.
+	deadlock := func(a, b string, formed time.Duration) []event.Event {
+		return []event.Event{
+			acquired(a, "A", "L"+a, 0, 0, 1, 10*time.Minute),
+			acquired(b, "B", "L"+b, 0, 0, 1, 10*time.Minute),
+			waiting(b, "A", "W"+a, formed-time.Second, "L"+a),
+			waiting(a, "B", "W"+b, formed, "L"+b),
+		}
+	}
+	for _, tc := range []struct {
+		name          string
+		countedBefore time.Duration // 0: a first start, nothing counted before
+		want          float64
+	}{
+		{"formed well before the stop", 10 * time.Second, 0},
+		{"formed in the last scan before the stop", 5500 * time.Millisecond, 1},
+		{"formed after the stop", 3 * time.Second, 1},
+		{"first start", 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newAggClock()
+			agg := NewAggregator(Config{Now: clk.Now})
+			reg := prometheus.NewRegistry()
+			if err := agg.Register(reg); err != nil {
+				t.Fatal(err)
+			}
+			clk.Set(aggT0.Add(20 * time.Second))
+			evs := deadlock("x", "y", 5*time.Second)
+			var countedBefore time.Time
+			if tc.countedBefore > 0 {
+				countedBefore = aggT0.Add(tc.countedBefore)
+			}
+			agg.BeginReplay(aggT0)
+			agg.Replay(evs, tc.countedBefore == 0 || tc.countedBefore < 5*time.Second)
+			agg.EndReplay(countedBefore)
+			agg.Tick()
+			if n := metric(t, reg, "lockscope_deadlock_cycles"); n != 1 {
+				t.Fatalf("lockscope_deadlock_cycles = %v after the replay, want 1", n)
+			}
+			if n := metric(t, reg, "lockscope_deadlocks_detected_total"); n != tc.want {
+				t.Errorf("lockscope_deadlocks_detected_total = %v after the replay, want %v", n, tc.want)
+			}
+			// The replayed deadlock lasts: later scans count it no more.
+			clk.Add(2 * scanEvery)
+			agg.Tick()
+			if n := metric(t, reg, "lockscope_deadlocks_detected_total"); n != tc.want {
+				t.Errorf("lockscope_deadlocks_detected_total = %v a scan later, want %v", n, tc.want)
+			}
+			// A new deadlock, live, is counted.
+			agg.Apply(deadlock("p", "q", 21*time.Second))
+			clk.Add(2 * scanEvery)
+			agg.Tick()
+			if n := metric(t, reg, "lockscope_deadlock_cycles"); n != 2 {
+				t.Errorf("lockscope_deadlock_cycles = %v with a live deadlock added, want 2", n)
+			}
+			if n := metric(t, reg, "lockscope_deadlocks_detected_total"); n != tc.want+1 {
+				t.Errorf("lockscope_deadlocks_detected_total = %v with a live deadlock added, want %v", n, tc.want+1)
+			}
+		})
 	}
 }

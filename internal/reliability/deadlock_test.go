@@ -139,3 +139,47 @@ func TestDeadlockBetweenTwoProcesses(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestDeadlockCountedOnceAcrossARestart: a deadlock between two processes
+// outlasts serve, which is killed (SIGKILL) and restarted as the same
+// replica. The restarted serve shows the deadlock, rebuilt from the stream,
+// and does not count it again: lockscope_deadlocks_detected_total restarts
+// at zero with the process, and rate() over the restart would otherwise
+// report a new deadlock that is not one (at every restart while it lasts).
+func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
+	bin := buildLockscope(t)
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := testCtx(t, time.Minute)
+	serve := startServe(t, bin, srv.URL(), nil)
+
+	// Killed at the end of the test, still waiting.
+	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-a", First: "ledger:1", Second: "account:1", Go: "go", Wait: 40 * time.Second})
+	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-b", First: "account:1", Second: "ledger:1", Go: "go", Wait: 40 * time.Second})
+	if !waitFor(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
+		t.Fatal("the two processes did not take their first locks")
+	}
+	rdb.Set(ctx, "go", "1", time.Minute)
+	figures := func(p *proc) (cycles, detected float64) {
+		m := p.metrics(ctx, t)
+		return m.sum("lockscope_deadlock_cycles"), m.sum("lockscope_deadlocks_detected_total")
+	}
+	if !waitFor(testCtx(t, 5*time.Second), func() bool { c, d := figures(serve); return c == 1 && d == 1 }) {
+		c, d := figures(serve)
+		t.Fatalf("before the restart: %v cycles, %v detected; want 1 and 1", c, d)
+	}
+	// Serve keeps running a while with the deadlock: its scans (every
+	// second) saw it, and it marks itself alive every 500 ms.
+	time.Sleep(2 * time.Second)
+	serve.kill(t)
+	serve = startServeOn(t, bin, srv.URL(), serve.listen, nil)
+	if !waitFor(testCtx(t, 10*time.Second), func() bool { c, _ := figures(serve); return c == 1 }) {
+		c, d := figures(serve)
+		t.Fatalf("after the restart: %v cycles, %v detected; want the deadlock shown", c, d)
+	}
+	// Three scans of the restarted serve.
+	time.Sleep(3 * time.Second)
+	if c, d := figures(serve); c != 1 || d != 0 {
+		t.Errorf("3 s after the restart: %v cycles, %v detected; want 1 and 0 (the deadlock was counted before the restart)", c, d)
+	}
+}
