@@ -3,6 +3,7 @@ package reliability
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -80,6 +81,16 @@ type serveBench struct {
 // forKeyCounts runs f as a sub-benchmark over 10 000 and over 500 000
 // distinct keys.
 func forKeyCounts(b *testing.B, f func(b *testing.B, sb serveBench)) {
+	// Whether the Go heap gets huge pages changes what new memory costs
+	// serve by a third or more (BENCHMARKS.md, "Transparent huge pages"):
+	// the host's setting goes with the figures, as a configuration line
+	// ("thp: madvise") that benchstat keeps apart.
+	if thp, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil {
+		if _, mode, ok := strings.Cut(string(thp), "["); ok {
+			mode, _, _ = strings.Cut(mode, "]")
+			fmt.Printf("thp: %s\n", mode)
+		}
+	}
 	for _, keys := range []int{10_000, 500_000} {
 		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
 			srv := redistest.Start(b, redistest.Options{})
