@@ -169,8 +169,9 @@ func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
 		t.Fatalf("before the restart: %v cycles, %v detected; want 1 and 1", c, d)
 	}
 	// Serve keeps running a while with the deadlock: its scans (every
-	// second) saw it, and it marks itself alive every 500 ms.
-	time.Sleep(2 * time.Second)
+	// second) saw it, and it marks itself alive every 500 ms, which the
+	// restarted serve takes as when its predecessor stopped counting.
+	time.Sleep(3 * time.Second)
 	serve.kill(t)
 	serve = startServeOn(t, bin, srv.URL(), serve.listen, nil)
 	if !waitFor(testCtx(t, 10*time.Second), func() bool { c, _ := figures(serve); return c == 1 }) {
