@@ -295,16 +295,15 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 // scanned, and is counted here rather than risk counting it nowhere.
 // Called with mu held.
 func (a *Aggregator) knownCyclesLocked(formedBefore int64) {
-	g := buildGraph(a.waits.snapshotHolding(), a.holderOf)
+	cycles := a.Deadlocks()
 	a.waits.mu.Lock()
 	defer a.waits.mu.Unlock()
-	for _, c := range g.cycles() {
-		formed := int64(0)
-		for _, i := range c {
-			formed = max(formed, g.ws[i].since)
+	for _, cy := range cycles {
+		var formed int64
+		for _, m := range cy.Members {
+			formed = max(formed, m.Since.UnixNano())
 		}
 		if formed < formedBefore {
-			cy := g.cycleOf(c)
 			a.waits.cycles[cy.id] = cy
 		}
 	}
