@@ -75,16 +75,10 @@ func errString(err error) string {
 func TestDeadlockBetweenTwoProcesses(t *testing.T) {
 	bin := buildLockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
-	rdb := srv.Client(t)
 	ctx := testCtx(t, time.Minute)
 	serve := startServe(t, bin, srv.URL(), nil)
 
-	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-b", First: "account:1", Second: "ledger:1", Go: "go", Wait: 20 * time.Second})
-	a := startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-a", First: "ledger:1", Second: "account:1", Go: "go", Wait: 3 * time.Second})
-	if !waitFor(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
-		t.Fatal("the two processes did not take their first locks")
-	}
-	rdb.Set(ctx, "go", "1", time.Minute)
+	a := deadlockProcesses(ctx, t, srv, 3*time.Second, 20*time.Second)
 	formed := time.Now()
 	type blocking struct {
 		Waiters   int `json:"waiters"`
@@ -149,17 +143,11 @@ func TestDeadlockBetweenTwoProcesses(t *testing.T) {
 func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
 	bin := buildLockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
-	rdb := srv.Client(t)
 	ctx := testCtx(t, time.Minute)
 	serve := startServe(t, bin, srv.URL(), nil)
 
 	// Killed at the end of the test, still waiting.
-	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-a", First: "ledger:1", Second: "account:1", Go: "go", Wait: 40 * time.Second})
-	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-b", First: "account:1", Second: "ledger:1", Go: "go", Wait: 40 * time.Second})
-	if !waitFor(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
-		t.Fatal("the two processes did not take their first locks")
-	}
-	rdb.Set(ctx, "go", "1", time.Minute)
+	deadlockProcesses(ctx, t, srv, 40*time.Second, 40*time.Second)
 	figures := func(p *proc) (cycles, detected float64) {
 		m := p.metrics(ctx, t)
 		return m.sum("lockscope_deadlock_cycles"), m.sum("lockscope_deadlocks_detected_total")
@@ -183,4 +171,21 @@ func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
 	if c, d := figures(serve); c != 1 || d != 0 {
 		t.Errorf("3 s after the restart: %v cycles, %v detected; want 1 and 0 (the deadlock was counted before the restart)", c, d)
 	}
+}
+
+// deadlockProcesses starts two crossed processes on srv and lets them
+// deadlock: service-a holds ledger:1 and waits for account:1 at most waitA,
+// service-b holds account:1 and waits for ledger:1 at most waitB. It returns
+// once both hold their first lock and have been told to go on, with
+// service-a's process.
+func deadlockProcesses(ctx context.Context, t *testing.T, srv *redistest.Server, waitA, waitB time.Duration) *helperProc {
+	t.Helper()
+	a := startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-a", First: "ledger:1", Second: "account:1", Go: "go", Wait: waitA})
+	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-b", First: "account:1", Second: "ledger:1", Go: "go", Wait: waitB})
+	rdb := srv.Client(t)
+	if !waitFor(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
+		t.Fatal("the two processes did not take their first locks")
+	}
+	rdb.Set(ctx, "go", "1", time.Minute)
+	return a
 }
