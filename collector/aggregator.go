@@ -102,6 +102,8 @@ type Aggregator struct {
 	classNames  atomic.Pointer[[]string] // sorted; replaced when a class is added
 	derived     int                      // classes made by the default derivation
 	buf         []byte
+	prefixes    [8]prefixClass // the newest key prefixes with their class (see classOfLocked)
+	prefixNext  int            // the entry of prefixes to replace next
 	steps       stepRing
 	cur         *stepStats // the current step's figures (set by advanceLocked)
 	exps        expRing
@@ -273,18 +275,59 @@ func (a *Aggregator) StreamGap(missing int64) {
 
 // classOfLocked returns the class of key, creating it if needed.
 func (a *Aggregator) classOfLocked(key string) *classState {
-	var user bool
-	a.buf, user = appendClass(a.buf[:0], key, a.rules)
-	if c, ok := a.classes[string(a.buf)]; ok {
+	if c, ok := ruleClass(key, a.rules); ok {
+		a.buf = append(a.buf[:0], c...)
+		return a.namedClassLocked(a.buf, true)
+	}
+	// A stream of distinct keys (order ids, job ids) brings a new key with
+	// each acquisition, and deriving its class was a twentieth of applying
+	// such a stream. Its keys differ in a last segment that derives to '*'
+	// whole, after a prefix they share; the derivation goes segment by
+	// segment, so keys with the same prefix before such a segment have the
+	// same class: the last few such prefixes are remembered with it.
+	i := strings.LastIndexAny(key, ":/")
+	if i < 0 || !wholeIdentifier(key[i+1:]) {
+		return a.derivedClassLocked(key)
+	}
+	prefix := key[:i+1]
+	for j := range a.prefixes {
+		if m := &a.prefixes[j]; m.class != nil && m.prefix == prefix {
+			return m.class
+		}
+	}
+	c := a.derivedClassLocked(key)
+	a.prefixes[a.prefixNext] = prefixClass{prefix: strings.Clone(prefix), class: c}
+	a.prefixNext = (a.prefixNext + 1) % len(a.prefixes)
+	return c
+}
+
+// derivedClassLocked returns the class of key by the default derivation.
+func (a *Aggregator) derivedClassLocked(key string) *classState {
+	a.buf = appendDefaultClass(a.buf[:0], key)
+	return a.namedClassLocked(a.buf, false)
+}
+
+// prefixClass is the class of the keys that are prefix followed by a
+// segment that derives to '*' whole (see classOfLocked).
+type prefixClass struct {
+	prefix string // up to the key's last ':' or '/', included
+	class  *classState
+}
+
+// namedClassLocked returns the class named name, creating it if needed;
+// user reports whether a rule named it, else it comes from the default
+// derivation and counts against Config.MaxClasses.
+func (a *Aggregator) namedClassLocked(name []byte, user bool) *classState {
+	if c, ok := a.classes[string(name)]; ok {
 		return c
 	}
-	if string(a.buf) == OtherClass || (!user && a.derived >= a.cfg.MaxClasses) {
+	if string(name) == OtherClass || (!user && a.derived >= a.cfg.MaxClasses) {
 		return a.classLocked(OtherClass)
 	}
 	if !user {
 		a.derived++
 	}
-	return a.classLocked(string(a.buf))
+	return a.classLocked(string(name))
 }
 
 func (a *Aggregator) classLocked(name string) *classState {

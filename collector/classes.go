@@ -34,13 +34,23 @@ func compileRules(rules []ClassRule) []classRule {
 // appendClass appends the class of key to dst and reports whether a user
 // rule produced it. User rules are tried in order; the first match wins.
 // Otherwise the default derivation applies (see appendDefaultClass).
+// Aggregator.classOfLocked gives the same classes, remembering recent key
+// prefixes.
 func appendClass(dst []byte, key string, rules []classRule) ([]byte, bool) {
-	for i := range rules {
-		if classGlob(rules[i].pattern, key) {
-			return append(dst, rules[i].class...), true
-		}
+	if c, ok := ruleClass(key, rules); ok {
+		return append(dst, c...), true
 	}
 	return appendDefaultClass(dst, key), false
+}
+
+// ruleClass returns the class given by the first of rules that matches key.
+func ruleClass(key string, rules []classRule) (string, bool) {
+	for i := range rules {
+		if classGlob(rules[i].pattern, key) {
+			return rules[i].class, true
+		}
+	}
+	return "", false
 }
 
 // appendDefaultClass appends the default class of key: the key split into
@@ -80,6 +90,9 @@ func appendDefaultClass(dst []byte, key string) []byte {
 	}
 	return dst
 }
+
+// wholeIdentifier reports whether segment seg derives to '*' whole.
+func wholeIdentifier(seg string) bool { return isUUID(seg) || isIdentifier(seg) }
 
 // appendParts appends seg with its identifier-like parts replaced by '*',
 // stopping once dst is longer than limit (the caller truncates).

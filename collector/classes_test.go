@@ -2,6 +2,7 @@ package collector
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -114,6 +115,44 @@ func TestClassRulesAndCap(t *testing.T) {
 	}
 }
 
+// TestClassOfRemembersPrefixes checks that the classes classOfLocked gives
+// from its memory of recent key prefixes are those the derivation gives:
+// keys that share a prefix but whose last segment is no identifier, rules
+// that match some identifiers after a remembered prefix, prefixes pushed
+// out of the memory and back, and classes cut at maxClassLen.
+func TestClassOfRemembersPrefixes(t *testing.T) {
+	cfg := Config{MaxClasses: 100_000, Classes: []ClassRule{{Pattern: "order:9*", Class: "nines"}}}
+	a, _ := newTestAggregator(t, cfg)
+	rules := compileRules(cfg.Classes)
+	long := strings.Repeat("segment-", 12)
+	prefixes := []string{"order:", "job/", "tenant:acme:invoice:", "a:b/c:", long + ":", long[:90] + "/",
+		"\xff\x01:", "é:", ":", "user:v2:"}
+	for i := range 12 {
+		prefixes = append(prefixes, fmt.Sprintf("p%d:", i)) // more than the memory holds
+	}
+	lasts := []string{"123456", "9", "90", "deadbeef00", "abc", "550e8400-e29b-41d4-a716-446655440000",
+		"01ARZ3NDEKTSV4RRFFQ69G5FAV", "lock", "v2", "", "12-34", "x.1", "ABCDEF12"}
+	n := 0
+	for round := range 3 {
+		for i, p := range prefixes {
+			for j := range lasts {
+				key := p + lasts[(i+j+round)%len(lasts)]
+				a.mu.Lock()
+				got := a.classOfLocked(key).name
+				a.mu.Unlock()
+				want, _ := appendClass(nil, key, rules)
+				if got != string(want) {
+					t.Errorf("class(%q) = %q, want %q", key, got, want)
+				}
+				n++
+			}
+		}
+	}
+	if n < 500 {
+		t.Fatalf("checked %d keys", n)
+	}
+}
+
 // FuzzClass checks that any key yields a class that is a bounded, valid
 // UTF-8 label value, deterministically.
 func FuzzClass(f *testing.F) {
@@ -148,4 +187,32 @@ func FuzzClass(f *testing.F) {
 			}
 		}
 	})
+}
+
+// BenchmarkClassOfNewKeys measures finding the class of a new key in a
+// stream of distinct keys of three classes, interleaved: what every
+// acquisition costs when keys are order or job ids.
+//
+//	go test -run '^$' -bench BenchmarkClassOfNewKeys ./collector/
+func BenchmarkClassOfNewKeys(b *testing.B) {
+	a, _ := newTestAggregator(b, Config{})
+	keys := make([]string, 3*1024)
+	for i := range keys {
+		switch i % 3 {
+		case 0:
+			keys[i] = "order:" + strconv.Itoa(1_000_000+i)
+		case 1:
+			keys[i] = "job/550e8400-e29b-41d4-a716-" + fmt.Sprintf("%012x", i)
+		default:
+			keys[i] = "tenant:acme:invoice:" + strconv.Itoa(i)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	b.ResetTimer()
+	for i := range b.N {
+		if a.classOfLocked(keys[i%len(keys)]) == nil {
+			b.Fatal("no class")
+		}
+	}
 }
