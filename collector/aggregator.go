@@ -387,6 +387,7 @@ func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
 	if k := sh.get(h, key); k != nil {
 		return k
 	}
+	evicted := false
 	if sh.count >= sh.cap {
 		v := sh.idle.back()
 		if v == nil {
@@ -397,17 +398,25 @@ func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
 		}
 		if v != nil {
 			a.evictLocked(sh, v)
+			evicted = true
 		}
+	}
+	if !evicted {
+		// One more key tracked; else it takes the evicted key's place, and
+		// the count stays (two atomic additions fewer per key of a stream
+		// of distinct keys).
+		a.tracked.Add(1)
 	}
 	k := sh.alloc()
 	k.key = strings.Clone(key)
 	k.class = a.classOfLocked(k.key)
 	sh.put(h, k)
 	sh.idle.pushFront(k)
-	a.tracked.Add(1)
 	return k
 }
 
+// evictLocked stops tracking k, to make room for a new key in its shard:
+// the caller counts the key it adds in its place.
 func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
 	for k.pend != nil {
 		// Its superseded holds can no longer be followed: decide now.
@@ -420,7 +429,6 @@ func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
 	unlink(k)
 	sh.del(k)
 	sh.release(k)
-	a.tracked.Add(-1)
 }
 
 // warmLocked returns the hashes of the keys of evs, and loads what applying
