@@ -285,11 +285,11 @@ func (a *Aggregator) classOfLocked(key string) *classState {
 	// whole, after a prefix they share; the derivation goes segment by
 	// segment, so keys with the same prefix before such a segment have the
 	// same class: the last few such prefixes are remembered with it.
-	i := strings.LastIndexAny(key, ":/")
-	if i < 0 || !wholeIdentifier(key[i+1:]) {
+	i := lastSegment(key)
+	if i == 0 || !wholeIdentifier(key[i:]) {
 		return a.derivedClassLocked(key)
 	}
-	prefix := key[:i+1]
+	prefix := key[:i]
 	for j := range a.prefixes {
 		if m := &a.prefixes[j]; m.class != nil && m.prefix == prefix {
 			return m.class

@@ -91,6 +91,16 @@ func appendDefaultClass(dst []byte, key string) []byte {
 	return dst
 }
 
+// lastSegment returns where the last segment of key begins: after its last
+// ':' or '/', or 0 if it has neither.
+func lastSegment(key string) int {
+	i := len(key)
+	for i > 0 && key[i-1] != ':' && key[i-1] != '/' {
+		i--
+	}
+	return i
+}
+
 // wholeIdentifier reports whether segment seg derives to '*' whole.
 func wholeIdentifier(seg string) bool { return isUUID(seg) || isIdentifier(seg) }
 
