@@ -159,6 +159,7 @@ func FuzzClass(f *testing.F) {
 	for _, s := range []string{
 		"workflow:123", "user:550e8400-e29b-41d4-a716-446655440000", "a/b/c", "\xff\xfe:1",
 		strings.Repeat("ab:", 100), strings.Repeat("é", 60) + ":1", "x-1_2.3", "",
+		strings.Repeat("segment-", 12) + ":42", "tenant:acme:invoice:deadbeef",
 	} {
 		f.Add(s)
 	}
@@ -184,6 +185,17 @@ func FuzzClass(f *testing.F) {
 			// A short clean key's class keeps its separators in place.
 			if strings.Count(string(got), ":") != strings.Count(key, ":") && string(got) != "deep" {
 				t.Fatalf("class(%q) = %q: separators changed", key, got)
+			}
+		}
+		// What Aggregator.classOfLocked's memory of prefixes rests on: a key
+		// whose last segment derives to '*' whole has the class of any other
+		// key with the same prefix and such a last segment.
+		if i := lastSegment(key); i > 0 && wholeIdentifier(key[i:]) {
+			own := appendDefaultClass(nil, key)
+			for _, id := range []string{"1", "550e8400-e29b-41d4-a716-446655440000", "01ARZ3NDEKTSV4RRFFQ69G5FAV"} {
+				if other := appendDefaultClass(nil, key[:i]+id); string(other) != string(own) {
+					t.Fatalf("class(%q) = %q, but class(%q) = %q", key, own, key[:i]+id, other)
+				}
 			}
 		}
 	})
