@@ -31,18 +31,6 @@ func compileRules(rules []ClassRule) []classRule {
 	return out
 }
 
-// appendClass appends the class of key to dst and reports whether a user
-// rule produced it. User rules are tried in order; the first match wins.
-// Otherwise the default derivation applies (see appendDefaultClass).
-// Aggregator.classOfLocked gives the same classes, remembering recent key
-// prefixes.
-func appendClass(dst []byte, key string, rules []classRule) ([]byte, bool) {
-	if c, ok := ruleClass(key, rules); ok {
-		return append(dst, c...), true
-	}
-	return appendDefaultClass(dst, key), false
-}
-
 // ruleClass returns the class given by the first of rules that matches key.
 func ruleClass(key string, rules []classRule) (string, bool) {
 	for i := range rules {

@@ -115,6 +115,18 @@ func TestClassRulesAndCap(t *testing.T) {
 	}
 }
 
+// appendClass appends the class of key to dst and reports whether a user
+// rule produced it. User rules are tried in order; the first match wins.
+// Otherwise the default derivation applies (see appendDefaultClass).
+// It is the reference Aggregator.classOfLocked, which remembers recent key
+// prefixes, must agree with.
+func appendClass(dst []byte, key string, rules []classRule) ([]byte, bool) {
+	if c, ok := ruleClass(key, rules); ok {
+		return append(dst, c...), true
+	}
+	return appendDefaultClass(dst, key), false
+}
+
 // TestClassOfRemembersPrefixes checks that the classes classOfLocked gives
 // from its memory of recent key prefixes are those the derivation gives:
 // keys that share a prefix but whose last segment is no identifier, rules
