@@ -29,8 +29,12 @@ const (
 	FieldBy       = "by"       //
 	FieldDegraded = "degraded" // "1" when true
 	FieldPassive  = "passive"  // "1" when true
+	FieldTraceID  = "trace_id" // 32 hex digits
+	FieldSpanID   = "span_id"  // 16 hex digits
+	FieldHeadroom = "headroom" // ns
 	FieldCount    = "n"        // packed: number of events in batch
 	FieldBatch    = "batch"    // packed: binary events
+	FieldExt      = "x"        // packed, optional: the events' optional fields (see AppendExt)
 )
 
 // Limits protect the collector from hostile or corrupt entries.
@@ -81,6 +85,13 @@ func AppendFields(dst []string, e *Event) []string {
 	if e.Passive {
 		dst = append(dst, FieldPassive, "1")
 	}
+	if e.TraceID.IsValid() {
+		dst = append(dst, FieldTraceID, e.TraceID.String())
+	}
+	if e.SpanID.IsValid() {
+		dst = append(dst, FieldSpanID, e.SpanID.String())
+	}
+	addInt(FieldHeadroom, int64(e.Headroom))
 	return dst
 }
 
@@ -127,9 +138,32 @@ func Pack(events []Event) []byte {
 }
 
 // PackedFields returns the field/value pairs of a packed entry holding n
-// events encoded in batch.
+// events encoded in batch, without optional fields (see PackedEntry).
 func PackedFields(n int, batch []byte) []any {
 	return []any{FieldVersion, "1", FieldCount, strconv.Itoa(n), FieldBatch, batch}
+}
+
+// PackedEntry returns the field/value pairs of a packed entry holding n
+// events encoded in batch, with their optional fields encoded in ext (see
+// AppendExt); an empty ext adds no field.
+func PackedEntry(n int, batch, ext []byte) []any {
+	f := PackedFields(n, batch)
+	if len(ext) > 0 {
+		f = append(f, FieldExt, ext)
+	}
+	return f
+}
+
+// PackAll encodes events as one packed batch and the extension holding
+// their optional fields (nil when none has any).
+func PackAll(events []Event) (batch, ext []byte) {
+	var prev int64
+	for i := range events {
+		batch = AppendPacked(batch, &events[i], prev)
+		ext = AppendExt(ext, i, &events[i])
+		prev = events[i].TS
+	}
+	return batch, ext
 }
 
 // Decode decodes one stream entry (as go-redis returns it: values are strings)
@@ -175,7 +209,8 @@ func DecodeAppend(dst []Event, values map[string]any) ([]Event, error) {
 		if err != nil || n < 0 {
 			return dst, fmt.Errorf("%w: bad batch count %.32q", ErrMalformed, ns)
 		}
-		return DecodeBatch(dst, batch, n)
+		ext, _ := get(FieldExt)
+		return DecodeBatchExt(dst, batch, ext, n)
 	}
 	e, err := decodeFields(get)
 	if err != nil {
@@ -245,6 +280,21 @@ func decodeFields(get func(string) (string, bool)) (Event, error) {
 	}
 	if s, _ := get(FieldPassive); s == "1" || s == "true" {
 		e.Passive = true
+	}
+	// Trace ids are advisory: one that does not parse is left out, and the
+	// lock step it came with is kept.
+	if s, ok := get(FieldTraceID); ok {
+		e.TraceID, _ = ParseTraceID(s)
+	}
+	if s, ok := get(FieldSpanID); ok {
+		e.SpanID, _ = ParseSpanID(s)
+	}
+	if s, ok := get(FieldHeadroom); ok {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return e, fmt.Errorf("%w: field %q: %.32q is not a non-negative duration", ErrMalformed, FieldHeadroom, s)
+		}
+		e.Headroom = time.Duration(n)
 	}
 	if e.TS <= 0 {
 		return e, fmt.Errorf("%w: missing or non-positive %q", ErrMalformed, FieldTS)

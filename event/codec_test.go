@@ -17,13 +17,18 @@ func sample() []Event {
 		{Type: Dropped, Key: "", Owner: "emitter", TS: 1_700_000_000_000_000_200, Count: 12345},
 		{Type: Forced, Key: strings.Repeat("k", 10_000), Owner: "old", By: "alice", Reason: "stuck since lunch", TS: 1_700_000_000_000_000_300, Hold: time.Hour},
 		{Type: Acquired, Key: "d", TS: 5, Degraded: true, Passive: true},
+		{Type: Renewed, Key: "workflow:123", Owner: "api/host-1/42", Lease: "L1", TS: 1_700_000_000_500_000_000, TTL: 30 * time.Second,
+			TraceID: TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36},
+			SpanID:  SpanID{0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7}, Headroom: 19_800 * time.Millisecond},
+		{Type: Waiting, Key: "inventory:sku-1", Owner: "shop/1", Lease: "L9", TS: 1_700_000_000_600_000_000, Holder: "shop/2",
+			TraceID: TraceID{15: 1}},
 	}
 }
 
 func TestPackedRoundTrip(t *testing.T) {
 	want := sample()
-	b := Pack(want)
-	f := PackedFields(len(want), b)
+	b, x := PackAll(want)
+	f := PackedEntry(len(want), b, x)
 	values := map[string]any{}
 	for i := 0; i < len(f); i += 2 {
 		v := f[i+1]
@@ -148,7 +153,8 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		// Whatever decodes must re-encode and decode to the same events.
-		again, err := Decode(map[string]any{"v": "1", "n": itoa(len(evs)), "batch": string(Pack(evs))})
+		b, x := PackAll(evs)
+		again, err := Decode(map[string]any{"v": "1", "n": itoa(len(evs)), "batch": string(b), "x": string(x)})
 		if err != nil {
 			t.Fatalf("re-decode = %v", err)
 		}

@@ -115,6 +115,20 @@ type Event struct {
 	By       string        // Forced: the operator who released it
 	Degraded bool          // the lock was a process-local fallback, Redis unreachable
 	Passive  bool          // seen through keyspace notifications, not emitted by a library
+
+	// Optional fields added in schema version 1 without a version change:
+	// single-event entries carry them as extra fields, packed entries in an
+	// extension field that older collectors ignore (see Ext, docs/events.md).
+
+	TraceID  TraceID       // the caller's OpenTelemetry trace when the step happened, if any
+	SpanID   SpanID        // the caller's span, with TraceID
+	Headroom time.Duration // Renewed: the TTL that was left when the renewal landed (0: unknown)
+}
+
+// HasExt reports whether e carries any optional field that a packed entry
+// keeps in its extension (see AppendExt).
+func (e *Event) HasExt() bool {
+	return e.TraceID.IsValid() || e.SpanID.IsValid() || e.Headroom != 0
 }
 
 // HeldLeases returns the leases a Waiting event's call holds (its Reason,

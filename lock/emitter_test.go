@@ -27,12 +27,13 @@ func everyEventType(base int64) []event.Event {
 		{Type: event.Acquired, Key: "workflow:123", Owner: "api/host-1/42", Lease: "L1", TS: base, Wait: 1500 * time.Microsecond, TTL: 30 * time.Second, Attempts: 3, Fence: 17},
 		{Type: event.Failed, Key: "<script>alert(1)</script>\n\"'%/?", Owner: "w", TS: base + 100, Wait: time.Second, Attempts: 9, Reason: event.ReasonTimeout, Holder: "other"},
 		{Type: event.Released, Key: string([]byte{0xff, 0xfe, 'k', 0}), Owner: "o", Lease: "L1", TS: base - 1_000_000, Hold: 2 * time.Minute},
-		{Type: event.Renewed, Key: "r", Owner: "o", Lease: "L2", TS: base + 5, TTL: 10 * time.Second, Fence: 1 << 40},
+		{Type: event.Renewed, Key: "r", Owner: "o", Lease: "L2", TS: base + 5, TTL: 10 * time.Second, Fence: 1 << 40,
+			TraceID: event.TraceID{0: 1, 15: 2}, SpanID: event.SpanID{7: 3}, Headroom: 6500 * time.Millisecond},
 		{Type: event.RenewFailed, Key: "r", Owner: "o", Lease: "L2", TS: base + 6, Reason: event.ReasonError},
 		{Type: event.Lost, Key: "r", Owner: "o", Lease: "L2", TS: base + 7, Hold: time.Hour, Reason: event.ReasonNotOwner},
 		{Type: event.Expired, Key: "e", Owner: "py/1", TS: base + 8, Hold: 3 * time.Second, Passive: true},
 		{Type: event.Forced, Key: strings.Repeat("k", 10_000), Owner: "old", Lease: "L3", By: "alice", Reason: "stuck since lunch", TS: base + 9, Hold: time.Hour},
-		{Type: event.Acquired, Key: "d", Owner: "o", TS: base + 10, Degraded: true},
+		{Type: event.Acquired, Key: "d", Owner: "o", TS: base + 10, Degraded: true, TraceID: event.TraceID{0: 9}},
 	}
 }
 
@@ -88,10 +89,11 @@ func TestEmitterWritesEveryFieldToStream(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("events read back from %q (-want +got):\n%s", stream, d)
 	}
-	// Packed entries only: v, n, batch.
+	// Packed entries only: v, n, batch, and x for the events' optional
+	// fields (two of them carry trace ids or headroom).
 	for _, m := range msgs {
-		if len(m.Values) != 3 || m.Values[event.FieldVersion] != "1" || m.Values[event.FieldBatch] == nil {
-			t.Errorf("entry %s has fields %v, want v=1, n, batch", m.ID, keys(m.Values))
+		if len(m.Values) != 4 || m.Values[event.FieldVersion] != "1" || m.Values[event.FieldBatch] == nil || m.Values[event.FieldExt] == nil {
+			t.Errorf("entry %s has fields %v, want v=1, n, batch, x", m.ID, keys(m.Values))
 		}
 	}
 	st := e.Stats()

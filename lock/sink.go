@@ -57,7 +57,7 @@ func (s *StreamSink) Write(ctx context.Context, events []event.Event) error {
 	pb.reset()
 	pb.pack(events)
 	for _, e := range pb.entries {
-		if err := s.xadd(ctx, e.n, pb.b[e.start:e.end]); err != nil {
+		if err := s.xadd(ctx, e.n, pb.b[e.start:e.end], pb.x[e.xstart:e.xend]); err != nil {
 			return err
 		}
 	}
@@ -65,32 +65,34 @@ func (s *StreamSink) Write(ctx context.Context, events []event.Event) error {
 	return nil
 }
 
-func (s *StreamSink) xadd(ctx context.Context, n int, batch []byte) error {
-	err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.maxLen, n, batch)).Err()
+func (s *StreamSink) xadd(ctx context.Context, n int, batch, ext []byte) error {
+	err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.maxLen, n, batch, ext)).Err()
 	if err != nil {
 		return fmt.Errorf("lock: XADD %d events to %q: %w", n, s.stream, err)
 	}
 	return nil
 }
 
-func xaddArgs(stream string, maxLen int64, n int, batch []byte) *redis.XAddArgs {
+func xaddArgs(stream string, maxLen int64, n int, batch, ext []byte) *redis.XAddArgs {
 	return &redis.XAddArgs{
 		Stream: stream,
 		MaxLen: maxLen,
 		Approx: true,
-		Values: event.PackedFields(n, batch),
+		Values: event.PackedEntry(n, batch, ext),
 	}
 }
 
-// packBuf holds packed entries: one buffer, and where each entry lies in it.
+// packBuf holds packed entries: one buffer of batches and one of their
+// extensions (the events' optional fields), and where each entry lies in
+// them.
 type packBuf struct {
-	b       []byte
+	b, x    []byte
 	entries []packedEntry
 }
 
-type packedEntry struct{ start, end, n int }
+type packedEntry struct{ start, end, xstart, xend, n int }
 
-func (pb *packBuf) reset() { pb.b, pb.entries = pb.b[:0], pb.entries[:0] }
+func (pb *packBuf) reset() { pb.b, pb.x, pb.entries = pb.b[:0], pb.x[:0], pb.entries[:0] }
 
 // pack appends events as packed entries, starting a new entry only where
 // the decoder's limits (event.MaxBatchEvents, event.MaxBatchBytes) require.
@@ -98,21 +100,24 @@ func (pb *packBuf) pack(events []event.Event) {
 	if len(events) == 0 {
 		return
 	}
-	start, first := len(pb.b), 0
+	start, xstart, first := len(pb.b), len(pb.x), 0
 	var prev int64
 	for i := range events {
-		mark := len(pb.b)
+		mark, xmark := len(pb.b), len(pb.x)
 		pb.b = event.AppendPacked(pb.b, &events[i], prev)
+		pb.x = event.AppendExt(pb.x, i-first, &events[i])
 		if i > first && (len(pb.b)-start > event.MaxBatchBytes || i-first == event.MaxBatchEvents) {
 			// Events i... start the next entry, with TS deltas restarting
-			// from 0: re-encode event i after the entry just closed.
-			pb.entries = append(pb.entries, packedEntry{start, mark, i - first})
+			// from 0 and extension indexes from the entry's first event:
+			// re-encode event i after the entry just closed.
+			pb.entries = append(pb.entries, packedEntry{start, mark, xstart, xmark, i - first})
 			pb.b = event.AppendPacked(pb.b[:mark], &events[i], 0)
-			start, first = mark, i
+			pb.x = event.AppendExt(pb.x[:xmark], 0, &events[i])
+			start, xstart, first = mark, xmark, i
 		}
 		prev = events[i].TS
 	}
-	pb.entries = append(pb.entries, packedEntry{start, len(pb.b), len(events) - first})
+	pb.entries = append(pb.entries, packedEntry{start, len(pb.b), xstart, len(pb.x), len(events) - first})
 }
 
 // MemorySink keeps every event written to it, for tests (yours and ours). It

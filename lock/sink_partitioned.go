@@ -70,7 +70,7 @@ func (s *PartitionedStreamSink) Write(ctx context.Context, events []event.Event)
 	for p, end := range s.ends {
 		for ; e < end; e++ {
 			en := s.pb.entries[e]
-			pipe.XAdd(ctx, xaddArgs(s.streams[p], s.maxLen, en.n, s.pb.b[en.start:en.end]))
+			pipe.XAdd(ctx, xaddArgs(s.streams[p], s.maxLen, en.n, s.pb.b[en.start:en.end], s.pb.x[en.xstart:en.xend]))
 		}
 	}
 	cmds, err := pipe.Exec(ctx)

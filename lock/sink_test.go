@@ -54,7 +54,10 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 	// 200 events of ~60 kB: 12 MB, more than one entry may carry.
 	var want []event.Event
 	for i := range 200 {
-		want = append(want, event.Event{Type: event.Acquired, Key: strings.Repeat(strconv.Itoa(i%10), 60_000), TS: int64(1000 + i)})
+		// Every event has a trace id: the second entry's extension must
+		// number its events from that entry's first.
+		want = append(want, event.Event{Type: event.Acquired, Key: strings.Repeat(strconv.Itoa(i%10), 60_000), TS: int64(1000 + i),
+			TraceID: event.TraceID{0: byte(i), 15: 1}})
 	}
 	if err := s.Write(context.Background(), want); err != nil {
 		t.Fatalf("Write = %v", err)
