@@ -85,6 +85,8 @@ type Aggregator struct {
 	cfg   Config
 	rules []classRule
 	m     *metrics
+	met   Metrics // where the figures are counted (Config.Metrics)
+	tot   Totals  // met's state-wide figures
 	keys  *keyTable
 	hot   *hotKeys
 
@@ -121,13 +123,12 @@ type Aggregator struct {
 	evAt        int64                    // collector time when evMax was applied
 	eventsTotal int64
 	dropped     int64
-	replaying   int           // replays between BeginReplay and EndReplay
-	replayAt    int64         // the replay's clock: the newest replayed event time
-	muted       bool          // counters go to discard (see Replay)
-	discard     *classMetrics // children of unregistered vectors
-	waits       waits         // live waiters (waiters.go)
-	hashes      []uint64      // the hashes of the chunk being applied (warmLocked)
-	warm        uint64        // the sum of warmLocked's loads: used, so they stay
+	replaying   int      // replays between BeginReplay and EndReplay
+	replayAt    int64    // the replay's clock: the newest replayed event time
+	muted       bool     // counters go nowhere (see Replay)
+	waits       waits    // live waiters (waiters.go)
+	hashes      []uint64 // the hashes of the chunk being applied (warmLocked)
+	warm        uint64   // the sum of warmLocked's loads: used, so they stay
 }
 
 var _ Querier = (*Aggregator)(nil)
@@ -144,8 +145,8 @@ const (
 type classState struct {
 	name       string
 	stuckAfter time.Duration
-	m          classMetrics // counted, or the discarding set while muted
-	counted    classMetrics // the exported children
+	m          ClassMetrics // counted, or nopClass while muted
+	counted    ClassMetrics // Metrics.Class(name)
 	held       int
 	stuck      int   // set by Tick
 	noExpiry   int   // held without a TTL, set by Tick
@@ -164,8 +165,11 @@ func NewAggregator(cfg Config) *Aggregator {
 	}
 	a.waits.init()
 	a.m = newMetrics(a)
-	discard := newMetrics(a).forClass("")
-	a.discard = &discard
+	a.met = cfg.Metrics
+	if a.met == nil {
+		a.met = a.m
+	}
+	a.tot = a.met.Totals()
 	now := a.nowNS()
 	a.hot = newHotKeys(now)
 	a.cur = a.steps.at(stepOf(now))
@@ -226,7 +230,7 @@ func (a *Aggregator) Apply(evs []event.Event) {
 		last := a.evMax
 		a.mu.Unlock()
 		if last > 0 {
-			a.m.lastEvent.Set(float64(last) / 1e9)
+			a.tot.LastEvent.Set(float64(last) / 1e9)
 		}
 	}
 }
@@ -237,7 +241,7 @@ func (a *Aggregator) Malformed(n int) {
 		return
 	}
 	a.malformed.Add(int64(n))
-	a.m.malformed.Add(float64(n))
+	a.tot.Malformed.Add(float64(n))
 }
 
 // SetHealth records the ingest state reported by Health.
@@ -260,8 +264,8 @@ func (a *Aggregator) Health() error {
 func (a *Aggregator) SetStreamStats(lag, pending int64) {
 	a.lag.Store(lag)
 	a.pending.Store(pending)
-	a.m.lag.Set(float64(lag))
-	a.m.pending.Set(float64(pending))
+	a.tot.Lag.Set(float64(lag))
+	a.tot.Pending.Set(float64(pending))
 }
 
 // StreamGap counts entries trimmed from the stream before they were read.
@@ -270,7 +274,7 @@ func (a *Aggregator) StreamGap(missing int64) {
 		return
 	}
 	a.gap.Add(missing)
-	a.m.streamGap.Add(float64(missing))
+	a.tot.StreamGap.Add(float64(missing))
 }
 
 // classOfLocked returns the class of key, creating it if needed.
@@ -334,8 +338,8 @@ func (a *Aggregator) classLocked(name string) *classState {
 	if c, ok := a.classes[name]; ok {
 		return c
 	}
-	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, counted: a.m.forClass(name)}
-	c.m = c.metricsFor(a.muted, a.discard)
+	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, counted: a.met.Class(name)}
+	c.m = c.metricsFor(a.muted)
 	if d, ok := a.cfg.StuckAfterByClass[name]; ok && d > 0 {
 		c.stuckAfter = d
 	}
@@ -516,7 +520,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		return
 	}
 	if !a.muted {
-		a.m.eventsBy[e.Type].Inc()
+		a.tot.Events[e.Type].Inc()
 	}
 	a.eventsTotal++
 	ts := e.TS
@@ -530,7 +534,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		if e.Count > 0 {
 			a.dropped += e.Count
 			if !a.muted {
-				a.m.dropped.Add(float64(e.Count))
+				a.tot.Dropped.Add(float64(e.Count))
 			}
 		}
 		return
@@ -570,7 +574,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		r.d = int64(wait)
 		r.ttlMS = int32(min(e.TTL.Milliseconds(), 1<<31-1))
 		contended := e.Attempts > 1
-		c.m.acquisitions.Inc()
+		c.m.Acquisitions.Inc()
 		k.acquisitions++
 		a.cur.acquisitions++
 		if contended {
@@ -587,7 +591,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		a.observe(k, obsAcq, now, 0)
 		a.hot.record(k.key, k.hash, c.name, contended, wait, true)
 		if k.owner != "" && owner != k.owner {
-			c.m.handoffs.Inc()
+			c.m.Handoffs.Inc()
 		}
 		if a.olderAcquisitionLocked(k, lease, owner, ts, e.TTL) {
 			break
@@ -617,7 +621,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		r.d = int64(wait)
 		r.who = a.internLocked(e.Holder)
 		reason := failureIndex(e.Reason)
-		c.m.failures[reason].Inc()
+		c.m.Failures[reason].Inc()
 		k.failures++
 		a.cur.failures++
 		if reason == reasonHeld {
@@ -630,10 +634,10 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	case event.Released:
 		r.d = int64(hold)
 		if e.Reason == event.ReasonNotOwner {
-			c.m.releases[1].Inc()
+			c.m.Releases[1].Inc()
 			break
 		}
-		c.m.releases[0].Inc()
+		c.m.Releases[0].Inc()
 		a.endEventLocked(sh, k, lease, owner, ts, hold, endReleased)
 
 	case event.Lost:
@@ -643,7 +647,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	case event.Forced:
 		r.d = int64(hold)
 		r.who = a.internLocked(e.By)
-		c.m.forced.Inc()
+		c.m.Forced.Inc()
 		a.cur.forced++
 		held := hold
 		if held == 0 && k.matches(lease, owner) {
@@ -662,7 +666,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		a.renewedLocked(sh, k, lease, owner, ts, max(e.TTL, 0), e)
 
 	case event.RenewFailed:
-		c.m.renewalFailures.Inc()
+		c.m.RenewalFailures.Inc()
 	}
 	k.lastEvent = ts
 	if k.owner == owner {
@@ -681,21 +685,21 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 }
 
 func (a *Aggregator) contendedLocked(k *keyState) {
-	k.class.m.contentions.Inc()
+	k.class.m.Contentions.Inc()
 	k.contentions++
 	a.cur.contentions++
 }
 
 func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64) {
 	c := k.class
-	c.m.wait.Observe(wait.Seconds())
+	c.m.Wait.Observe(wait.Seconds())
 	a.cur.wait.add(wait)
 	k.waitTotal += int64(wait)
 	a.observe(k, obsWait, now, wait)
 }
 
 func (a *Aggregator) holdLocked(k *keyState, hold time.Duration) {
-	k.class.m.hold.Observe(hold.Seconds())
+	k.class.m.Hold.Observe(hold.Seconds())
 	a.cur.hold.add(hold)
 	k.holdTotal += int64(hold)
 	a.observe(k, obsHold, 0, hold)
@@ -894,7 +898,7 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 }
 
 func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) {
-	k.class.m.expirations.Inc()
+	k.class.m.Expirations.Inc()
 	a.cur.expirations++
 	k.expSeq = a.exps.add(Expiration{Key: k.key, Class: k.class.name, Owner: owner, Lease: lease,
 		At: time.Unix(0, at), Held: hold, Confirmed: confirmed})

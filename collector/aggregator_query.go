@@ -121,7 +121,7 @@ func (a *Aggregator) HotKeys(window time.Duration, by Ranking, n int) []HotKey {
 	if n <= 0 {
 		n = defaultHotKeys
 	}
-	top, _ := a.hotTop(window, by, min(n, hotCapacity))
+	top, _ := a.HotTop(window, by, min(n, hotCapacity))
 	return top
 }
 
@@ -585,40 +585,56 @@ func (a *Aggregator) holderOf(key string) (lease, owner string, since int64, ok 
 	return k.lease, k.owner, k.since, true
 }
 
-// classGauge is one class's mirrored gauges.
-type classGauge struct {
-	class      string
-	held       int
-	waiters    int
-	oldestWait int64 // start of the longest current wait, unix ns (0: none)
-	stuck      int
-	noExpiry   int
-	oldest     int64
+// ClassGauge is one class's figures now, as the gauges of the Prometheus
+// export show them.
+type ClassGauge struct {
+	Class      string
+	Held       int           // locks held now
+	Waiters    int           // callers waiting now
+	OldestWait time.Duration // how long the longest current waiter has waited; 0 when none waits
+	Stuck      int           // holds past the class's stuck threshold (at the last Tick)
+	NoExpiry   int           // holds without a TTL (at the last Tick)
+	OldestHold time.Time     // start of the oldest current hold (at the last Tick); zero if none
 }
 
-func (a *Aggregator) classGauges() []classGauge {
+// ClassGauges returns every class's gauges now, sorted by class.
+func (a *Aggregator) ClassGauges() []ClassGauge {
 	now := a.nowNS()
 	ws := a.waits.snapshot()
 	a.mu.Lock()
 	if a.replaying == 0 {
 		a.advanceLocked(now)
 	}
-	out := make([]classGauge, 0, len(a.classes))
+	out := make([]ClassGauge, 0, len(a.classes))
+	oldest := make([]int64, 0, len(a.classes)) // start of the longest wait, unix ns (0: none)
 	idx := make(map[string]int, len(a.classes))
 	for _, c := range a.classes {
 		idx[c.name] = len(out)
-		out = append(out, classGauge{class: c.name, held: c.held, stuck: c.stuck, noExpiry: c.noExpiry, oldest: c.oldest})
+		g := ClassGauge{Class: c.name, Held: c.held, Stuck: c.stuck, NoExpiry: c.noExpiry}
+		if c.oldest > 0 {
+			g.OldestHold = time.Unix(0, c.oldest)
+		}
+		out = append(out, g)
+		oldest = append(oldest, 0)
 	}
 	a.mu.Unlock()
 	for _, x := range ws {
 		if i, ok := idx[x.class]; ok {
-			g := &out[i]
-			g.waiters++
-			if g.oldestWait == 0 || x.since < g.oldestWait {
-				g.oldestWait = x.since
+			out[i].Waiters++
+			if oldest[i] == 0 || x.since < oldest[i] {
+				oldest[i] = x.since
 			}
 		}
 	}
-	slices.SortFunc(out, func(x, y classGauge) int { return strings.Compare(x.class, y.class) })
+	for i, since := range oldest {
+		if since > 0 {
+			out[i].OldestWait = time.Duration(max(now-since, 0))
+		}
+	}
+	slices.SortFunc(out, func(x, y ClassGauge) int { return strings.Compare(x.Class, y.Class) })
 	return out
 }
+
+// DeadlockCycles returns the number of cycles of the wait-for graph found
+// by the last scan (Tick).
+func (a *Aggregator) DeadlockCycles() int { return a.waits.deadlockCycles() }

@@ -33,6 +33,9 @@ type Config struct {
 	RecentEvents int
 	// Now is the clock; nil means time.Now. Tests inject one.
 	Now func() time.Time
+	// Metrics receives the counts. nil means the aggregator's own
+	// Prometheus metrics (see Register).
+	Metrics Metrics
 }
 
 // Defaults of Config.

@@ -417,9 +417,9 @@ func normalizeWindow(w time.Duration) time.Duration {
 	return Windows[len(Windows)-1]
 }
 
-// hotTop returns the top n keys of window by ranking, and the window's exact
+// HotTop returns the top n keys of window by ranking, and the window's exact
 // total of the ranked figure.
-func (a *Aggregator) hotTop(window time.Duration, by Ranking, n int) ([]HotKey, int64) {
+func (a *Aggregator) HotTop(window time.Duration, by Ranking, n int) ([]HotKey, int64) {
 	window = normalizeWindow(window)
 	if by != ByWait {
 		by = ByContentions

@@ -17,20 +17,6 @@ import (
 
 const namespace = "lockscope"
 
-// Failure reasons (label values of lockscope_acquire_failures_total), in the
-// order of classState.failures.
-var failureReasons = [...]string{event.ReasonTimeout, event.ReasonCanceled, event.ReasonError, event.ReasonHeld}
-
-const (
-	reasonTimeout = iota
-	reasonCanceled
-	reasonError
-	reasonHeld
-)
-
-// Release outcomes (label values of lockscope_releases_total).
-var releaseOutcomes = [...]string{"released", event.ReasonNotOwner}
-
 // durationBuckets are the classic buckets of the wait and hold histograms:
 // 1 ms to 5 min. Native histogram buckets are kept alongside.
 var durationBuckets = []float64{
@@ -58,7 +44,6 @@ type metrics struct {
 	handoffs        *prometheus.CounterVec
 
 	events    *prometheus.CounterVec
-	eventsBy  [16]prometheus.Counter // by event.Type, resolved once
 	malformed prometheus.Counter
 	dropped   prometheus.Counter
 	streamGap prometheus.Counter
@@ -83,7 +68,19 @@ func durationHistogram(name, help string) *prometheus.HistogramVec {
 	}, []string{"class"})
 }
 
-func newMetrics(a *Aggregator) *metrics {
+// source is what the gauges mirroring the state read at each scrape.
+type source interface {
+	// ClassGauges returns every class's gauges now, sorted by class.
+	ClassGauges() []ClassGauge
+	// DeadlockCycles returns the cycles of the wait-for graph found by
+	// the last scan.
+	DeadlockCycles() int
+	// HotTop returns the top n keys of window by ranking, and the
+	// window's exact total of the ranked figure.
+	HotTop(window time.Duration, by Ranking, n int) ([]HotKey, int64)
+}
+
+func newMetrics(a source) *metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
@@ -120,9 +117,6 @@ func newMetrics(a *Aggregator) *metrics {
 		deadlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "deadlocks_detected_total",
 			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
 	}
-	for _, t := range event.Types() {
-		m.eventsBy[t] = m.events.WithLabelValues(t.String())
-	}
 	m.state = &stateCollector{a: a,
 		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
 		waiters: prometheus.NewDesc(namespace+"_waiters",
@@ -152,59 +146,42 @@ func (m *metrics) collectors() []prometheus.Collector {
 	}
 }
 
-// classMetrics are one class's metric children, resolved once.
-type classMetrics struct {
-	acquisitions    prometheus.Counter
-	contentions     prometheus.Counter
-	failures        [len(failureReasons)]prometheus.Counter
-	wait            prometheus.Observer
-	hold            prometheus.Observer
-	releases        [len(releaseOutcomes)]prometheus.Counter
-	expirations     prometheus.Counter
-	renewalFailures prometheus.Counter
-	forced          prometheus.Counter
-	handoffs        prometheus.Counter
+// Totals resolves the state-wide counters (see Metrics).
+func (m *metrics) Totals() Totals {
+	t := Totals{Malformed: m.malformed, Dropped: m.dropped, StreamGap: m.streamGap, Deadlocks: m.deadlocks,
+		LastEvent: m.lastEvent, Lag: m.lag, Pending: m.pending}
+	for _, typ := range event.Types() {
+		t.Events[typ] = m.events.WithLabelValues(typ.String())
+	}
+	return t
 }
 
-func (m *metrics) forClass(class string) classMetrics {
-	c := classMetrics{
-		acquisitions:    m.acquisitions.WithLabelValues(class),
-		contentions:     m.contentions.WithLabelValues(class),
-		wait:            m.wait.WithLabelValues(class),
-		hold:            m.hold.WithLabelValues(class),
-		expirations:     m.expirations.WithLabelValues(class),
-		renewalFailures: m.renewalFailures.WithLabelValues(class),
-		forced:          m.forced.WithLabelValues(class),
-		handoffs:        m.handoffs.WithLabelValues(class),
+// Class resolves one class's children (see Metrics).
+func (m *metrics) Class(class string) ClassMetrics {
+	c := ClassMetrics{
+		Acquisitions:    m.acquisitions.WithLabelValues(class),
+		Contentions:     m.contentions.WithLabelValues(class),
+		Wait:            m.wait.WithLabelValues(class),
+		Hold:            m.hold.WithLabelValues(class),
+		Expirations:     m.expirations.WithLabelValues(class),
+		RenewalFailures: m.renewalFailures.WithLabelValues(class),
+		Forced:          m.forced.WithLabelValues(class),
+		Handoffs:        m.handoffs.WithLabelValues(class),
 	}
-	for i, r := range failureReasons {
-		c.failures[i] = m.failures.WithLabelValues(class, r)
+	for i, r := range FailureReasons {
+		c.Failures[i] = m.failures.WithLabelValues(class, r)
 	}
-	for i, o := range releaseOutcomes {
-		c.releases[i] = m.releases.WithLabelValues(class, o)
+	for i, o := range ReleaseOutcomes {
+		c.Releases[i] = m.releases.WithLabelValues(class, o)
 	}
 	return c
-}
-
-// failureIndex maps a Failed event's reason to its label; unknown reasons
-// are errors.
-func failureIndex(reason string) int {
-	switch reason {
-	case event.ReasonTimeout:
-		return reasonTimeout
-	case event.ReasonCanceled:
-		return reasonCanceled
-	case event.ReasonHeld:
-		return reasonHeld
-	}
-	return reasonError
 }
 
 // stateCollector exports the per-class gauges mirrored from the aggregator's
 // state. Collect holds the aggregator's lock for one pass over the classes
 // (at most MaxClasses plus rule classes): microseconds.
 type stateCollector struct {
-	a                                                          *Aggregator
+	a                                                          source
 	held, waiters, oldestWait, cycles, stuck, noExpiry, oldest *prometheus.Desc
 }
 
@@ -219,20 +196,15 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	now := c.a.nowNS()
-	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.GaugeValue, float64(c.a.waits.deadlockCycles()))
-	for _, g := range c.a.classGauges() {
-		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(g.held), g.class)
-		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(g.waiters), g.class)
-		var oldest float64
-		if g.oldestWait > 0 {
-			oldest = float64(max(now-g.oldestWait, 0)) / 1e9
-		}
-		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, oldest, g.class)
-		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.stuck), g.class)
-		ch <- prometheus.MustNewConstMetric(c.noExpiry, prometheus.GaugeValue, float64(g.noExpiry), g.class)
-		if g.held > 0 && g.oldest > 0 {
-			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.oldest)/1e9, g.class)
+	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.GaugeValue, float64(c.a.DeadlockCycles()))
+	for _, g := range c.a.ClassGauges() {
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(g.Held), g.Class)
+		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(g.Waiters), g.Class)
+		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, float64(g.OldestWait)/1e9, g.Class)
+		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.Stuck), g.Class)
+		ch <- prometheus.MustNewConstMetric(c.noExpiry, prometheus.GaugeValue, float64(g.NoExpiry), g.Class)
+		if g.Held > 0 && !g.OldestHold.IsZero() {
+			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.OldestHold.UnixNano())/1e9, g.Class)
 		}
 	}
 }
@@ -240,14 +212,14 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 // hotKeyCollector exports the top contended keys of the last 5 minutes as
 // const metrics, so a key that leaves the top disappears at the next scrape.
 type hotKeyCollector struct {
-	a    *Aggregator
+	a    source
 	desc *prometheus.Desc
 }
 
 func (c *hotKeyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
-	top, total := c.a.hotTop(5*time.Minute, ByContentions, 10)
+	top, total := c.a.HotTop(5*time.Minute, ByContentions, 10)
 	type label struct{ class, key string }
 	vals := make(map[label]float64, len(top))
 	order := make([]label, 0, len(top))

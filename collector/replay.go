@@ -76,7 +76,7 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 		last := a.evMax
 		a.mu.Unlock()
 		if last > 0 {
-			a.m.lastEvent.Set(float64(last) / 1e9)
+			a.tot.LastEvent.Set(float64(last) / 1e9)
 		}
 	}
 }
@@ -104,21 +104,21 @@ func (a *Aggregator) EndReplay(countedBefore time.Time) {
 	a.replaying = max(a.replaying-1, 0)
 }
 
-// muteLocked switches the counters and histograms of every class to a
-// discarding set (muted) or back to the exported ones.
+// muteLocked switches the counters and histograms of every class to ones
+// that count nowhere (muted) or back to the class's own.
 func (a *Aggregator) muteLocked(muted bool) {
 	if a.muted == muted {
 		return
 	}
 	a.muted = muted
 	for _, c := range a.classes {
-		c.m = c.metricsFor(muted, a.discard)
+		c.m = c.metricsFor(muted)
 	}
 }
 
-func (c *classState) metricsFor(muted bool, discard *classMetrics) classMetrics {
+func (c *classState) metricsFor(muted bool) ClassMetrics {
 	if muted {
-		return *discard
+		return nopClass
 	}
 	return c.counted
 }

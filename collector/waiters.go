@@ -278,7 +278,7 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 	a.waits.mu.Lock()
 	for id := range now {
 		if _, known := a.waits.cycles[id]; !known && !a.muted {
-			a.m.deadlocks.Inc()
+			a.tot.Deadlocks.Inc()
 		}
 	}
 	a.waits.cycles = now
