@@ -27,6 +27,8 @@ import (
 
 	"github.com/lockscope/lockscope/alerts/promqltest"
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/promexport"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
@@ -62,11 +64,12 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	// lockscope: two replicas, each a collector + /metrics, both scraped:
 	// every rule must count each lock once.
 	var targets []string
-	var agg *collector.Aggregator
+	var agg *state.Aggregator
 	for _, replica := range []string{"e2e-a", "e2e-b"} {
-		a := collector.NewAggregator(collector.Config{StuckAfter: stuckAfter})
+		exp := promexport.New()
+		a := state.New(state.Config{StuckAfter: stuckAfter, Metrics: exp})
 		reg := prometheus.NewRegistry()
-		if err := a.Register(reg); err != nil {
+		if err := exp.Register(reg, a); err != nil {
 			t.Fatalf("Register = %v", err)
 		}
 		col := collector.New(rdb, a, &collector.Options{Stream: stream, Replica: replica, Block: 100 * time.Millisecond})

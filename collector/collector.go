@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/redis/go-redis/v9"
 )
@@ -32,7 +33,7 @@ const (
 	statsEvery = time.Second
 )
 
-// Options configures a Collector. The zero value of every field is usable and
+// Options configures a Feeder. The zero value of every field is usable and
 // documented.
 type Options struct {
 	// Stream is the stream key events are read from. "" means
@@ -138,12 +139,12 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Collector feeds an Aggregator from Redis: the event stream through a
+// Feeder feeds the aggregation state from Redis: the event stream through a
 // consumer group, "expired" keyspace notifications, and the passive watch of
 // other libraries' locks.
-type Collector struct {
+type Feeder struct {
 	rdb redis.UniversalClient
-	agg *Aggregator
+	agg *state.Aggregator
 	opt Options
 	log *slog.Logger
 
@@ -175,15 +176,15 @@ type Collector struct {
 	synced   atomic.Int64  // watcher (re)subscriptions completed with their rescan
 }
 
-// New returns a Collector reading from rdb into agg. opt may be nil.
-func New(rdb redis.UniversalClient, agg *Aggregator, opt *Options) *Collector {
+// New returns a Feeder reading from rdb into agg. opt may be nil.
+func New(rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *Feeder {
 	var o Options
 	if opt != nil {
 		o = *opt
 	}
 	replica := o.Group == ""
 	o = o.withDefaults()
-	c := &Collector{
+	c := &Feeder{
 		rdb: rdb,
 		agg: agg,
 		opt: o,
@@ -213,7 +214,7 @@ var (
 // Run ingests until ctx is cancelled, then acknowledges what it applied and
 // returns nil. Redis errors never end Run: it reports them through the
 // Aggregator's health, keeps the last state and reconnects with backoff.
-func (c *Collector) Run(ctx context.Context) error {
+func (c *Feeder) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("collector: Run called while already running")
 	}

@@ -50,7 +50,7 @@ const ackTimeout = 5 * time.Second
 // more than two reads (128 entries) are in flight.
 const maxUnacked = 1 << 16
 
-func (c *Collector) ingest(ctx context.Context) {
+func (c *Feeder) ingest(ctx context.Context) {
 	ch := make(chan batch, 1)
 	go c.fetch(ctx, ch)
 	a := applier{c: c, unacked: make(map[string]struct{})}
@@ -62,7 +62,7 @@ func (c *Collector) ingest(ctx context.Context) {
 }
 
 type fetcher struct {
-	c       *Collector
+	c       *Feeder
 	bo      backoff
 	healthy bool
 	failing string    // text of the failure last reported
@@ -72,7 +72,7 @@ type fetcher struct {
 // fetch reads until ctx is done and closes out. Reads that complete after
 // ctx is cancelled are still handed over: they are pending on this consumer
 // and the applier acknowledges them.
-func (c *Collector) fetch(ctx context.Context, out chan<- batch) {
+func (c *Feeder) fetch(ctx context.Context, out chan<- batch) {
 	defer close(out)
 	f := fetcher{c: c}
 	claimEvery := min(max(c.opt.ClaimMinIdle/2, 100*time.Millisecond), 15*time.Second)
@@ -212,7 +212,7 @@ func (f *fetcher) ok() {
 }
 
 // describe turns a Redis error into the reason Health reports.
-func (c *Collector) describe(err error) error {
+func (c *Feeder) describe(err error) error {
 	var rerr redis.Error
 	switch {
 	case errors.Is(err, errDuplicateReplica):
@@ -227,7 +227,7 @@ func (c *Collector) describe(err error) error {
 }
 
 // setup makes sure the group exists and checks for a gap before reading.
-func (c *Collector) setup(ctx context.Context) error {
+func (c *Feeder) setup(ctx context.Context) error {
 	si, groups, err := c.inspect(ctx)
 	var rerr redis.Error
 	switch {
@@ -265,7 +265,7 @@ func (c *Collector) setup(ctx context.Context) error {
 
 // warnShared logs, as an error, collectors that share a configured group:
 // each of them sees only part of every lock's events.
-func (c *Collector) warnShared(ctx context.Context) {
+func (c *Feeder) warnShared(ctx context.Context) {
 	if c.replica || c.sharedWarned {
 		return
 	}
@@ -290,7 +290,7 @@ func (c *Collector) warnShared(ctx context.Context) {
 // was deleted), and from the beginning when it does not (Redis lost its data
 // and the emitters recreated the stream: everything in it is new). A
 // collector that has applied nothing starts Backfill ago by the server clock.
-func (c *Collector) startID(ctx context.Context, si *streamInfo) (string, error) {
+func (c *Feeder) startID(ctx context.Context, si *streamInfo) (string, error) {
 	c.mu.Lock()
 	last := c.lastApplied
 	c.mu.Unlock()
@@ -321,7 +321,7 @@ func (c *Collector) startID(ctx context.Context, si *streamInfo) (string, error)
 // readOwnPending re-reads the entries this consumer name read before without
 // acknowledging them (a restarted collector with a fixed Consumer, or replies
 // lost with the connection).
-func (c *Collector) readOwnPending(ctx context.Context, out chan<- batch) error {
+func (c *Feeder) readOwnPending(ctx context.Context, out chan<- batch) error {
 	after := "0"
 	for {
 		gen := c.groupGen.Load()
@@ -352,7 +352,7 @@ func (c *Collector) readOwnPending(ctx context.Context, out chan<- batch) error 
 
 // claim takes over the entries that other consumers read and left pending
 // for longer than ClaimMinIdle: they died before acknowledging.
-func (c *Collector) claim(ctx context.Context, out chan<- batch) error {
+func (c *Feeder) claim(ctx context.Context, out chan<- batch) error {
 	start := "0-0"
 	for {
 		gen := c.groupGen.Load()
@@ -392,7 +392,7 @@ const staleConsumerAfter = time.Hour
 // forgetStaleConsumers removes consumers that hold nothing and have been idle
 // for staleConsumerAfter. Best effort: a user without XINFO CONSUMERS or
 // XGROUP DELCONSUMER merely keeps the clutter.
-func (c *Collector) forgetStaleConsumers(ctx context.Context) {
+func (c *Feeder) forgetStaleConsumers(ctx context.Context) {
 	if c.replica {
 		c.forgetStaleReplicas(ctx)
 	}
@@ -416,7 +416,7 @@ func (c *Collector) forgetStaleConsumers(ctx context.Context) {
 // forgetStaleReplicas destroys the groups of replicas that have not read for
 // staleConsumerAfter (a replica renamed, or scaled down). Best effort, like
 // forgetStaleConsumers.
-func (c *Collector) forgetStaleReplicas(ctx context.Context) {
+func (c *Feeder) forgetStaleReplicas(ctx context.Context) {
 	_, groups, err := c.streamInfo(ctx)
 	if err != nil {
 		return
@@ -444,7 +444,7 @@ func (c *Collector) forgetStaleReplicas(ctx context.Context) {
 
 // applier is the goroutine of Run: it decodes, applies and acknowledges.
 type applier struct {
-	c         *Collector
+	c         *Feeder
 	gen       uint64
 	evs       []event.Event
 	ids       []string

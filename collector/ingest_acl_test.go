@@ -7,6 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 )
@@ -37,7 +38,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	t.Cleanup(func() { rdb.Close() })
 
 	var logs logBuffer
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	c := startCollector(t, rdb, agg, &Options{Watch: []string{"lock:*"}, Logger: logs.logger()})
 	xaddPacked(t, admin, event.DefaultStream, lockEvents([]string{"app:1", "app:2"}, 10, time.Now()))
 	waitFor(t, "events applied", func() bool { return eventsTotal(agg) >= 40 })

@@ -13,6 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/collector/internal/evtest"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -118,7 +120,7 @@ func benchmarkIngest(b *testing.B, keys int, replay bool) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		agg := NewAggregator(Config{})
+		agg := state.New(state.Config{})
 		name := fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i)
 		opt := &Options{Stream: p.stream, Group: name, Backfill: 100_000 * time.Hour, Logger: quiet}
 		if replay {
@@ -128,13 +130,13 @@ func benchmarkIngest(b *testing.B, keys int, replay bool) {
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		b.StartTimer()
-		start, cpu0 := time.Now(), cpuTime()
+		start, cpu0 := time.Now(), evtest.CPUTime()
 		go func() { done <- c.Run(runCtx) }()
 		for agg.Overview().EventsTotal < int64(p.n) {
 			time.Sleep(time.Millisecond)
 		}
 		elapsed += time.Since(start)
-		cpu += cpuTime() - cpu0
+		cpu += evtest.CPUTime() - cpu0
 		b.StopTimer()
 		cancel()
 		<-done
@@ -157,7 +159,7 @@ func benchmarkIngest(b *testing.B, keys int, replay bool) {
 // BenchmarkFreshness records events through the lock library's Emitter at
 // 100 000 events/s (bursts of 1 000 every 10 ms) into a running collector and
 // measures, per burst, the time from Record to the burst's last event being
-// counted by the Aggregator's Querier (Overview().EventsTotal, polled every
+// counted by the state (Aggregator.Overview().EventsTotal, polled every
 // millisecond). One iteration is one burst:
 //
 //	go test -run '^$' -bench BenchmarkFreshness -benchtime 1000x ./collector/
@@ -168,7 +170,7 @@ func BenchmarkFreshness(b *testing.B) {
 	stream := redistest.KeyPrefix(b) + "events"
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	agg := NewAggregator(Config{})
+	agg := state.New(state.Config{})
 	c := New(rdb, agg, &Options{Stream: stream, Logger: quiet})
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

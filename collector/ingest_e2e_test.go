@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
@@ -20,7 +21,7 @@ func TestIngestEndToEndLockLibrary(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	// Watching the lock keys too: lockscope's own values must not be
 	// counted twice.
 	c := startCollector(t, rdb, agg, &Options{Stream: stream, Watch: []string{prefix + "job:*"}})
@@ -92,7 +93,7 @@ func TestIngestEndToEndLockLibrary(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	hot := agg.HotKeys(time.Minute, ByContentions, 10)
+	hot := agg.HotKeys(time.Minute, state.ByContentions, 10)
 	want := []struct {
 		key string
 		n   int64

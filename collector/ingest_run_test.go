@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 )
 
@@ -13,7 +14,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	rdb := srv.Client(t)
-	agg, _ := testAgg(t, Config{})
+	agg, _ := testAgg(t, state.Config{})
 	c := startCollector(t, rdb, agg, &Options{Watch: []string{"lock:*"}, ClaimMinIdle: time.Millisecond})
 	waitSynced(t, c, 1)
 	waitFor(t, "ready", func() bool { return agg.Health() == nil })

@@ -16,6 +16,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/collector/promexport"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/internal/syncbuf"
@@ -23,12 +25,15 @@ import (
 
 // Test helpers shared by the collector's ingest and watch tests.
 
-// testAgg returns an Aggregator registered on a fresh registry.
-func testAgg(t *testing.T, cfg Config) (*Aggregator, *prometheus.Registry) {
+// testAgg returns an aggregator counting into the Prometheus export,
+// registered on a fresh registry.
+func testAgg(t *testing.T, cfg state.Config) (*state.Aggregator, *prometheus.Registry) {
 	t.Helper()
-	agg := NewAggregator(cfg)
+	metrics := promexport.New()
+	cfg.Metrics = metrics
+	agg := state.New(cfg)
 	reg := prometheus.NewRegistry()
-	if err := agg.Register(reg); err != nil {
+	if err := metrics.Register(reg, agg); err != nil {
 		t.Fatalf("Register: %v", err)
 	}
 	return agg, reg
@@ -36,7 +41,7 @@ func testAgg(t *testing.T, cfg Config) (*Aggregator, *prometheus.Registry) {
 
 // running is a Collector whose Run goroutine the test controls.
 type running struct {
-	*Collector
+	*Feeder
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -44,10 +49,10 @@ type running struct {
 
 // startCollector runs a Collector until stop or the end of the test, and
 // checks that Run returns nil promptly.
-func startCollector(t *testing.T, rdb redis.UniversalClient, agg *Aggregator, opt *Options) *running {
+func startCollector(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{Collector: New(rdb, agg, opt), cancel: cancel, done: make(chan error, 1)}
+	r := &running{Feeder: New(rdb, agg, opt), cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- r.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -199,7 +204,7 @@ func pendingCount(t *testing.T, rdb redis.UniversalClient, stream, group string)
 	return p.Count
 }
 
-func eventsTotal(agg *Aggregator) int64 { return agg.Overview().EventsTotal }
+func eventsTotal(agg *state.Aggregator) int64 { return agg.Overview().EventsTotal }
 
 func TestIngestPackedAndSingleEntries(t *testing.T) {
 	srv := redistest.Shared(t)
@@ -217,7 +222,7 @@ func TestIngestPackedAndSingleEntries(t *testing.T) {
 	single := lockEvents([]string{prefix + "single"}, 10, t0.Add(time.Second)) // 20 events, one per entry
 	xaddSingle(t, rdb, stream, single...)
 
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	r := startCollector(t, rdb, agg, &Options{Stream: stream})
 	const total = 620
 	waitFor(t, "620 events applied", func() bool { return eventsTotal(agg) >= total })
@@ -288,7 +293,7 @@ func TestIngestAppliesLongReadsInPieces(t *testing.T) {
 				t.Fatalf("%d events in %d entries: want more than %d, in one read", n, entries, 2*decodeAhead)
 			}
 
-			agg, reg := testAgg(t, Config{})
+			agg, reg := testAgg(t, state.Config{})
 			opt := &Options{Stream: stream, Group: prefix + "g"}
 			if replica {
 				opt.Group = ""
@@ -334,7 +339,7 @@ func TestIngestBackfillNegativeStartsAtEnd(t *testing.T) {
 	stream := prefix + "events"
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "old"}, 5, time.Now()))
 
-	agg, _ := testAgg(t, Config{})
+	agg, _ := testAgg(t, state.Config{})
 	startCollector(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
 	waitFor(t, "group created", func() bool {
 		g, err := rdb.XInfoGroups(context.Background(), stream).Result()
@@ -371,7 +376,7 @@ func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
 	const bad, goodEvents = 6, 11
 
 	var logs logBuffer
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	r := startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
 	waitFor(t, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
 	waitFor(t, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
@@ -441,7 +446,7 @@ func TestIngestReplacementClaimsDeadConsumer(t *testing.T) {
 			}
 			const total = 10 * 80
 
-			agg, reg := testAgg(t, Config{})
+			agg, reg := testAgg(t, state.Config{})
 			startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
 			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= total })
 			// Once nothing is pending, nothing can be delivered again.
@@ -465,7 +470,7 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now())) // 100 events
 	}
-	agg, _ := testAgg(t, Config{})
+	agg, _ := testAgg(t, state.Config{})
 	r := startCollector(t, rdb, agg, &Options{Stream: stream})
 	waitFor(t, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
 	waitFor(t, "ready", func() bool { return agg.Health() == nil })
@@ -513,7 +518,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		xaddSingle(t, rdb, stream, ev(i))
 	}
-	first, _ := testAgg(t, Config{})
+	first, _ := testAgg(t, state.Config{})
 	r := startCollector(t, rdb, first, &Options{Stream: stream})
 	waitFor(t, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
 	// The 5 are applied by the start-up replay, before the group exists:
@@ -536,7 +541,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 	}
 
 	var logs logBuffer
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	startCollector(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
 	waitFor(t, "3 events after the gap applied", func() bool { return eventsTotal(agg) >= 3 })
 	waitFor(t, "gap reported", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") > 0 })
@@ -576,7 +581,7 @@ func TestIngestPendingEntriesTrimmedAreAGap(t *testing.T) {
 	}
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "b"}, 1, time.Now()))
 
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
 	waitFor(t, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
 	waitFor(t, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
@@ -649,7 +654,7 @@ func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
 	rdb := srv.Client(t)
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
-	agg, _ := testAgg(t, Config{})
+	agg, _ := testAgg(t, state.Config{})
 	startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Count: 1, ClaimMinIdle: time.Millisecond})
 	// Entries big enough that the applier is the bottleneck: one is
 	// always in flight when the claim runs.
@@ -683,7 +688,7 @@ func TestIngestForgetsStaleConsumers(t *testing.T) {
 	if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: "gone-pending", Streams: []string{stream, ">"}, Block: -1}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := New(rdb, NewAggregator(Config{}), &Options{Stream: stream, Group: DefaultGroup, Consumer: "me"})
+	c := New(rdb, state.New(state.Config{}), &Options{Stream: stream, Group: DefaultGroup, Consumer: "me"})
 	names := func() []string {
 		cs, err := rdb.XInfoConsumers(ctx, stream, DefaultGroup).Result()
 		if err != nil {

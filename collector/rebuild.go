@@ -2,16 +2,10 @@ package collector
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
-	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -38,21 +32,9 @@ import (
 // ReplicaGroupPrefix starts the name of every replica's own consumer group.
 const ReplicaGroupPrefix = "lockscope:replica:"
 
-// Checkpoint tuning.
-const (
-	checkpointEvery  = 5 * time.Second
-	checkpointMinAge = 30 * time.Second // younger holders are in the replayed stream
-	checkpointMax    = 100_000          // holders kept (the oldest first)
-	checkpointTTL    = 24 * time.Hour
-	restoreBatch     = 1000 // lock keys checked per pipeline
-)
-
-// CheckpointKey is where replicas of stream keep their checkpoint.
-func CheckpointKey(stream string) string { return stream + ":checkpoint" }
-
 // isReplayed reports whether the rebuild at start is done (always, with a
 // shared group).
-func (c *Collector) isReplayed() bool {
+func (c *Feeder) isReplayed() bool {
 	select {
 	case <-c.replayed:
 		return true
@@ -61,12 +43,9 @@ func (c *Collector) isReplayed() bool {
 	}
 }
 
-// errDuplicateReplica reports a second process reading as the same replica.
-var errDuplicateReplica = errors.New("collector: another process is reading as this replica")
-
 // rebuild restores the state at start (see above) and leaves the replica's
 // group positioned after the replayed entries.
-func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
+func (c *Feeder) rebuild(ctx context.Context, out chan<- batch) error {
 	si, groups, err := c.streamInfo(ctx)
 	if err != nil {
 		return err
@@ -177,7 +156,7 @@ func (c *Collector) rebuild(ctx context.Context, out chan<- batch) error {
 
 // reportTrimmedWhileDown counts the entries trimmed from the stream after the
 // previous incarnation's last read and before any replica read them.
-func (c *Collector) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
+func (c *Feeder) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
 	if si == nil || !si.hasCounters || !g.entriesReadValid || g.lastDelivered == si.lastGenerated ||
 		si.firstID != "" && !idLess(g.lastDelivered, si.firstID) {
 		return
@@ -189,95 +168,7 @@ func (c *Collector) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
 	}
 }
 
-// Presence: a live replica keeps PresenceKey(stream, replica) set to its own
-// random id and the time, refreshed every presenceEvery. A process starting as
-// a replica whose key was refreshed by another process within presenceStale
-// waits for it to go stale (a killed predecessor stops refreshing); if it
-// stays fresh, the second process refuses to read. The time of the last
-// refresh is also when the previous incarnation stopped counting.
-const (
-	presenceEvery = 500 * time.Millisecond
-	presenceStale = 2 * time.Second
-	presenceTTL   = time.Hour
-)
-
-// presenceStopped replaces the id of a replica that stopped gracefully.
-const presenceStopped = "stopped"
-
-// PresenceKey is the key a live replica of stream keeps fresh.
-func PresenceKey(stream, replica string) string { return stream + ":replica:" + replica }
-
-func (c *Collector) presenceValue() string {
-	return c.instance + "|" + strconv.FormatInt(time.Now().UnixMilli(), 10)
-}
-
-func parsePresence(v string) (instance string, at time.Time, ok bool) {
-	instance, ms, found := strings.Cut(v, "|")
-	n, err := strconv.ParseInt(ms, 10, 64)
-	return instance, time.UnixMilli(n), found && err == nil
-}
-
-// claimPresence takes the replica's presence key, waiting out a dead
-// predecessor's; it returns when the predecessor was last alive (zero if
-// unknown).
-func (c *Collector) claimPresence(ctx context.Context) (time.Time, error) {
-	key := PresenceKey(c.opt.Stream, c.opt.Replica)
-	give := time.Now().Add(presenceStale + presenceEvery)
-	for {
-		v, err := c.rdb.Get(ctx, key).Result()
-		var rerr redis.Error
-		switch {
-		case errors.As(err, &rerr) && !errors.Is(err, redis.Nil):
-			c.log.Warn("cannot keep the replica's presence key: two processes started as the same replica would go unnoticed", "key", key, "fix", remedy(err, "+get +set on it"), "err", err)
-			return time.Time{}, nil
-		case err != nil && !errors.Is(err, redis.Nil):
-			return time.Time{}, err
-		}
-		inst, at, ok := parsePresence(v)
-		if !ok || inst == c.instance || inst == presenceStopped || time.Since(at) >= presenceStale {
-			if err := c.rdb.Set(ctx, key, c.presenceValue(), presenceTTL).Err(); err != nil {
-				return time.Time{}, err
-			}
-			if !ok {
-				at = time.Time{}
-			}
-			return at, nil
-		}
-		if time.Now().After(give) {
-			c.log.Error("another lockscope process is reading the stream as the same replica; each would see part of the events. Give every replica its own --replica name (default: hostname and listen port)",
-				"replica", c.opt.Replica, "group", c.opt.Group)
-			return time.Time{}, fmt.Errorf("%w %q (group %q)", errDuplicateReplica, c.opt.Replica, c.opt.Group)
-		}
-		if !sleep(ctx, presenceEvery/2) {
-			return time.Time{}, ctx.Err()
-		}
-	}
-}
-
-// keepPresence refreshes the presence key until ctx ends, and once more on
-// the way out (the time a graceful stop stopped counting).
-func (c *Collector) keepPresence(ctx context.Context) {
-	key := PresenceKey(c.opt.Stream, c.opt.Replica)
-	warned := false
-	refresh := func(ctx context.Context) {
-		old, err := c.rdb.SetArgs(ctx, key, c.presenceValue(), redis.SetArgs{TTL: presenceTTL, Get: true}).Result()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return
-		}
-		if inst, _, ok := parsePresence(old); ok && inst != c.instance && !warned {
-			warned = true
-			c.log.Error("another lockscope process reads the stream as the same replica: each shows part of the events. Give every replica its own --replica name",
-				"replica", c.opt.Replica)
-		}
-	}
-	every(ctx, presenceEvery, func() { refresh(ctx) })
-	// Stopped: the next start need not wait.
-	dctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	c.rdb.Set(dctx, key, presenceStopped+"|"+strconv.FormatInt(time.Now().UnixMilli(), 10), presenceTTL)
-}
-
-func (c *Collector) serverTime(ctx context.Context) (time.Time, error) {
+func (c *Feeder) serverTime(ctx context.Context) (time.Time, error) {
 	now, err := c.rdb.Time(ctx).Result()
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -288,7 +179,7 @@ func (c *Collector) serverTime(ctx context.Context) (time.Time, error) {
 
 // replayRange hands the entries in (start, end] to the applier as replay
 // batches; those up to counted are muted. It returns the entries read.
-func (c *Collector) replayRange(ctx context.Context, out chan<- batch, start time.Time, end, counted string) (int, error) {
+func (c *Feeder) replayRange(ctx context.Context, out chan<- batch, start time.Time, end, counted string) (int, error) {
 	if end == "0" || end == "" {
 		return 0, nil
 	}
@@ -322,146 +213,4 @@ func (c *Collector) replayRange(ctx context.Context, out chan<- batch, start tim
 		}
 		from = "(" + last
 	}
-}
-
-// checkpoint is what readCheckpoint found.
-type checkpoint struct {
-	at      time.Time
-	holders []event.Event
-}
-
-// writeCheckpoints keeps the checkpoint fresh until ctx ends.
-func (c *Collector) writeCheckpoints(ctx context.Context) {
-	failed := false
-	every(ctx, c.ckptEvery, func() {
-		if c.agg.Health() != nil {
-			return
-		}
-		err := c.writeCheckpoint(ctx)
-		switch {
-		case err != nil && !failed:
-			c.log.Warn("could not write the checkpoint: a restarted replica will miss holders older than its replayed stream", "key", CheckpointKey(c.opt.Stream), "fix", remedy(err, "+set on the checkpoint key"), "err", err)
-			failed = true
-		case err == nil && failed:
-			c.log.Info("writing the checkpoint again")
-			failed = false
-		}
-	})
-}
-
-// writeCheckpoint stores the holders older than checkpointMinAge in one
-// string value (one SET: no DEL needed, nothing half-written):
-//
-//	lsck1|<unix ms>|{<uvarint n><uvarint len><packed batch of n events>}...
-//
-// with batches of at most event.MaxBatchEvents events.
-func (c *Collector) writeCheckpoint(ctx context.Context) error {
-	now := c.opt.Now()
-	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
-	if n := c.opt.Partitions; n > 1 {
-		// Only this partition's keys: the others checkpoint their own.
-		hs = slices.DeleteFunc(hs, func(e event.Event) bool { return event.PartitionOf(e.Key, n) != c.opt.Partition })
-	}
-	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
-	for len(hs) > 0 {
-		part := hs[:min(len(hs), event.MaxBatchEvents)]
-		hs = hs[len(part):]
-		packed := event.Pack(part)
-		b = binary.AppendUvarint(b, uint64(len(part)))
-		b = binary.AppendUvarint(b, uint64(len(packed)))
-		b = append(b, packed...)
-	}
-	return c.rdb.Set(ctx, CheckpointKey(c.opt.Stream), b, checkpointTTL).Err()
-}
-
-const checkpointMagic = "lsck1|"
-
-// readCheckpoint returns the checkpoint, or nil when there is none.
-func (c *Collector) readCheckpoint(ctx context.Context) (*checkpoint, error) {
-	s, err := c.rdb.Get(ctx, CheckpointKey(c.opt.Stream)).Result()
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return parseCheckpoint(s)
-}
-
-func parseCheckpoint(s string) (*checkpoint, error) {
-	rest, ok := strings.CutPrefix(s, checkpointMagic)
-	if !ok {
-		return nil, errors.New("checkpoint: unknown format")
-	}
-	at, rest, ok := strings.Cut(rest, "|")
-	atMS, err := strconv.ParseInt(at, 10, 64)
-	if !ok || err != nil {
-		return nil, errors.New("checkpoint malformed: time")
-	}
-	ck := &checkpoint{at: time.UnixMilli(atMS)}
-	for len(rest) > 0 {
-		n, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
-		if k <= 0 {
-			return nil, errors.New("checkpoint malformed: count")
-		}
-		rest = rest[k:]
-		l, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
-		if k <= 0 || l > uint64(len(rest)-k) || n > event.MaxBatchEvents || len(ck.holders)+int(n) > checkpointMax {
-			return nil, errors.New("checkpoint malformed: length")
-		}
-		rest = rest[k:]
-		if ck.holders, err = event.DecodeBatch(ck.holders, rest[:l], int(n)); err != nil {
-			return nil, fmt.Errorf("checkpoint malformed: %w", err)
-		}
-		rest = rest[l:]
-	}
-	return ck, nil
-}
-
-// verifyHolders checks the checkpoint's holders that began before start
-// against their keys now and returns the acquisitions to replay: a key gone
-// is dropped; a value written by the library gives the true holder; a
-// foreign value counts when it is still the value the holder was seen with.
-func (c *Collector) verifyHolders(ctx context.Context, hs []event.Event, start int64, now time.Time) ([]event.Event, error) {
-	var out []event.Event
-	for len(hs) > 0 {
-		part := hs[:min(len(hs), restoreBatch)]
-		hs = hs[len(part):]
-		pipe := c.rdb.Pipeline()
-		gets := make([]*redis.StringCmd, len(part))
-		pttls := make([]*redis.DurationCmd, len(part))
-		for i := range part {
-			gets[i] = pipe.Get(ctx, part[i].Key)
-			pttls[i] = pipe.PTTL(ctx, part[i].Key)
-		}
-		_, _ = pipe.Exec(ctx)
-		for i := range part {
-			h := part[i]
-			value, err := gets[i].Result()
-			if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE") {
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			pttl, err := pttls[i].Result()
-			if err != nil {
-				return nil, err
-			}
-			if v, err := lock.ParseValue(value); err == nil {
-				h.Owner, h.Lease, h.Fence, h.TS, h.Passive = v.Owner, v.Lease, v.Fence, v.Since.UnixNano(), false
-			} else if !h.Passive || lock.ForeignOwner(value) != h.Owner {
-				continue
-			}
-			if h.TS >= start || h.TS <= 0 {
-				continue // in the replayed stream
-			}
-			h.TTL = 0
-			if pttl > 0 {
-				h.TTL = now.Add(pttl).Sub(time.Unix(0, h.TS))
-			}
-			out = append(out, h)
-		}
-	}
-	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
@@ -16,12 +17,12 @@ import (
 
 // startReplica runs a collector as the named replica, with the checkpoint
 // written often and for holders older than 300ms, replaying the last 1.5s.
-func startReplica(t *testing.T, rdb redis.UniversalClient, agg *Aggregator, stream, replica string) *running {
+func startReplica(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator, stream, replica string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	c := New(rdb, agg, &Options{Stream: stream, Replica: replica, Backfill: 1500 * time.Millisecond})
 	c.ckptEvery, c.ckptMinAge = 100*time.Millisecond, 300*time.Millisecond
-	r := &running{Collector: c, cancel: cancel, done: make(chan error, 1)}
+	r := &running{Feeder: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- r.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -36,11 +37,11 @@ type picture struct {
 	expirations int64
 }
 
-func pictureOf(agg *Aggregator) picture {
+func pictureOf(agg *state.Aggregator) picture {
 	var p picture
 	o := agg.Overview()
 	p.held, p.stuck, p.expirations = o.Held, o.Stuck, o.Expirations5m
-	for _, l := range agg.Locks(LockQuery{Limit: 500}).Locks {
+	for _, l := range agg.Locks(state.LockQuery{Limit: 500}).Locks {
 		if l.Held {
 			p.holders = append(p.holders, l.Key+" "+l.Owner)
 		}
@@ -50,7 +51,7 @@ func pictureOf(agg *Aggregator) picture {
 		p.expired = append(p.expired, e.Key)
 	}
 	slices.Sort(p.expired)
-	for _, h := range agg.HotKeys(5*time.Minute, ByContentions, 10) {
+	for _, h := range agg.HotKeys(5*time.Minute, state.ByContentions, 10) {
 		p.hot = append(p.hot, h.Key+" "+strconv.FormatInt(h.Contentions, 10))
 	}
 	return p
@@ -62,7 +63,7 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 	ctx := context.Background()
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
-	cfg := Config{StuckAfter: 2 * time.Second}
+	cfg := state.Config{StuckAfter: 2 * time.Second}
 
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream})
 	t.Cleanup(func() { em.Close(ctx) })
@@ -85,7 +86,7 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 	startReplica(t, rdb, keep, stream, "keep")
 	agg1, _ := testAgg(t, cfg)
 	r1 := startReplica(t, rdb, agg1, stream, "restarted")
-	for _, agg := range []*Aggregator{keep, agg1} {
+	for _, agg := range []*state.Aggregator{keep, agg1} {
 		waitFor(t, "old holder seen", func() bool { return lockInfo(agg, prefix+"old").Held })
 	}
 
@@ -159,7 +160,7 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 	if !slices.Equal(got.hot, want.hot) || len(got.hot) == 0 {
 		t.Errorf("hot keys after restart = %q, running replica shows %q", got.hot, want.hot)
 	}
-	for _, l := range keep.Locks(LockQuery{HeldOnly: true, Limit: 500}).Locks {
+	for _, l := range keep.Locks(state.LockQuery{HeldOnly: true, Limit: 500}).Locks {
 		// The stream's event time and the value's since are two clock
 		// readings of the same acquisition, milliseconds apart.
 		if d := lockInfo(agg2, l.Key).Since.Sub(l.Since); d < -10*time.Millisecond || d > 10*time.Millisecond {
@@ -180,40 +181,5 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 	}
 	if n := metric(t, reg2, "lockscope_releases_total"); n != 1 {
 		t.Errorf("lockscope_releases_total after restart = %v, want 1", n)
-	}
-}
-
-func TestSecondProcessAsTheSameReplicaIsRefused(t *testing.T) {
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	stream := redistest.KeyPrefix(t) + "events"
-	first, _ := testAgg(t, Config{})
-	startReplica(t, rdb, first, stream, "same")
-	waitFor(t, "first reading", func() bool {
-		g, _ := rdb.XInfoGroups(context.Background(), stream).Result()
-		return len(g) == 1 && first.Health() == nil
-	})
-	// A second start of the same replica while the first reads: a dead
-	// predecessor would be taken over, a live one is refused.
-	second, _ := testAgg(t, Config{})
-	startReplica(t, rdb, second, stream, "same")
-	waitFor(t, "second refused", func() bool {
-		err := second.Health()
-		return err != nil && errors.Is(err, errDuplicateReplica)
-	})
-	if err := first.Health(); err != nil {
-		t.Errorf("first replica's health = %v, want nil", err)
-	}
-}
-
-func TestCheckpointRoundTripAndHostileInput(t *testing.T) {
-	for _, s := range []string{"", "lsck1|", "lsck1|x|", "lsck1|1|\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff", "lsck1|1|\x01\x7f", "lsck2|1|"} {
-		if _, err := parseCheckpoint(s); err == nil {
-			t.Errorf("parseCheckpoint(%q) = nil error, want one", s)
-		}
-	}
-	ck, err := parseCheckpoint("lsck1|1700000000000|")
-	if err != nil || len(ck.holders) != 0 || ck.at.UnixMilli() != 1700000000000 {
-		t.Errorf("empty checkpoint = %+v, %v", ck, err)
 	}
 }

@@ -50,7 +50,7 @@ const (
 )
 
 // watch runs one watcher per Redis node until ctx is done.
-func (c *Collector) watch(ctx context.Context) {
+func (c *Feeder) watch(ctx context.Context) {
 	var nodes []watchNode
 	var bo backoff
 	for {
@@ -78,7 +78,7 @@ type watchNode struct {
 
 // watchNodes lists the nodes whose notifications must be followed: every
 // master of a cluster (notifications are node-local), else the client itself.
-func (c *Collector) watchNodes(ctx context.Context) ([]watchNode, error) {
+func (c *Feeder) watchNodes(ctx context.Context) ([]watchNode, error) {
 	switch r := c.rdb.(type) {
 	case *redis.ClusterClient:
 		var mu sync.Mutex
@@ -98,7 +98,7 @@ func (c *Collector) watchNodes(ctx context.Context) ([]watchNode, error) {
 }
 
 type nodeWatcher struct {
-	c   *Collector
+	c   *Feeder
 	rdb redis.UniversalClient
 
 	expiredChan string         // __keyevent@<db>__:expired
@@ -120,7 +120,7 @@ type passiveHold struct {
 	deadline deadline
 }
 
-func newNodeWatcher(c *Collector, n watchNode) *nodeWatcher {
+func newNodeWatcher(c *Feeder, n watchNode) *nodeWatcher {
 	db := strconv.Itoa(n.db)
 	w := &nodeWatcher{
 		c:           c,
@@ -431,7 +431,7 @@ func (w *nodeWatcher) released(key string) {
 // internalKey reports whether key is one of lockscope's own keys (the
 // stream, its checkpoint and presence keys, the fence counters): never a
 // lock, whatever a wide watch pattern matches.
-func (c *Collector) internalKey(key string) bool {
+func (c *Feeder) internalKey(key string) bool {
 	return key == c.opt.Stream || strings.HasPrefix(key, c.opt.Stream+":") || strings.HasPrefix(key, lock.FencePrefix)
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -16,7 +17,7 @@ func TestWatchClusterFollowsEveryMaster(t *testing.T) {
 	cl := redistest.StartCluster(t)
 	rdb := cl.Client(t)
 	ctx := context.Background()
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	c := startCollector(t, rdb, agg, &Options{Watch: []string{"lock:*"}})
 	xaddPacked(t, rdb, event.DefaultStream, lockEvents([]string{"app:1"}, 10, time.Now()))
 	waitSynced(t, c, 3)

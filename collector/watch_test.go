@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"fmt"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/lock"
 	"slices"
 	"strings"
@@ -46,7 +47,7 @@ func waitSynced(t *testing.T, c *running, n int64) {
 	waitFor(t, "watcher subscribed and rescanned", func() bool { return c.synced.Load() >= n })
 }
 
-func lockInfo(agg *Aggregator, key string) LockInfo {
+func lockInfo(agg *state.Aggregator, key string) state.LockInfo {
 	d, _ := agg.Lock(key)
 	return d.LockInfo
 }
@@ -63,7 +64,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	agg, reg := testAgg(t, Config{})
+	agg, reg := testAgg(t, state.Config{})
 	c := startCollector(t, rdb, agg, &Options{
 		Stream: prefix + "events",
 		Watch:  []string{prefix + "py:*", prefix + "nx:*", prefix + "*"}, // overlapping on purpose
@@ -185,7 +186,7 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 
 	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	var logs logBuffer
-	agg, reg := testAgg(t, Config{Now: clock.Now, ExpiryGrace: time.Second})
+	agg, reg := testAgg(t, state.Config{Now: clock.Now, ExpiryGrace: time.Second})
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	c := startCollector(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
@@ -216,7 +217,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	var logs logBuffer
-	agg, _ := testAgg(t, Config{})
+	agg, _ := testAgg(t, state.Config{})
 	c := startCollector(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
 	waitSynced(t, c, 1)
 
@@ -269,7 +270,7 @@ func TestWatchMiniredisHasNoNotifications(t *testing.T) {
 	xaddPacked(t, rdb, "events", lockEvents([]string{"a", "b"}, 10, time.Now()))
 
 	var logs logBuffer
-	agg, _ := testAgg(t, Config{})
+	agg, _ := testAgg(t, state.Config{})
 	startCollector(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
 	waitFor(t, "events applied from miniredis", func() bool { return eventsTotal(agg) >= 40 })
 	waitFor(t, "log about missing notifications", func() bool { return len(logs.lines("sends no keyspace notifications")) == 1 })
@@ -370,7 +371,7 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 			rdb := srv.Client(t)
 			ctx := context.Background()
 			stream := "lockscope:events"
-			agg, _ := testAgg(t, Config{StuckAfter: time.Second})
+			agg, _ := testAgg(t, state.Config{StuckAfter: time.Second})
 			c := startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{"*"}, WatchNoTTL: noTTL})
 			waitSynced(t, c, 1)
 			em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
@@ -385,7 +386,7 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 			waitFor(t, "the real locks seen", func() bool { return lockInfo(agg, "nx:lock").Held && lockInfo(agg, "job:1").Held })
 			time.Sleep(300 * time.Millisecond) // every notification handled
 			var held []string
-			for _, l := range agg.Locks(LockQuery{HeldOnly: true, Limit: 500}).Locks {
+			for _, l := range agg.Locks(state.LockQuery{HeldOnly: true, Limit: 500}).Locks {
 				held = append(held, l.Key)
 			}
 			slices.Sort(held)

@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -164,7 +164,7 @@ type apiLockInfo struct {
 	Href         string     `json:"href"`
 }
 
-func newAPILockInfo(l collector.LockInfo, now time.Time) apiLockInfo {
+func newAPILockInfo(l state.LockInfo, now time.Time) apiLockInfo {
 	i := apiLockInfo{
 		Key: l.Key, KeyB64: b64IfInvalid(l.Key), Class: l.Class, Held: l.Held,
 		Owner: l.Owner, OwnerB64: b64IfInvalid(l.Owner), Lease: l.Lease,
@@ -190,7 +190,7 @@ type apiLockPage struct {
 // apiLocks is GET /api/v1/locks?q=&class=&held=1&sort=contentions&order=desc&offset=0&limit=50.
 func (s *server) apiLocks(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
-	lq, err := lockQuery(qs, collector.SortContentions)
+	lq, err := lockQuery(qs, state.SortContentions)
 	if err != nil {
 		writeJSON(w, r, http.StatusBadRequest, apiError{Error: err.Error()})
 		return
@@ -218,7 +218,7 @@ type apiDistribution struct {
 	Count  int64     `json:"count"`
 }
 
-func newAPIDistribution(d collector.Distribution) apiDistribution {
+func newAPIDistribution(d state.Distribution) apiDistribution {
 	v := apiDistribution{Bounds: make([]float64, len(d.Bounds)), Counts: nonNil(d.Counts), Sum: seconds(d.Sum), Count: d.Count}
 	for i, b := range d.Bounds {
 		v.Bounds[i] = seconds(b)
@@ -374,7 +374,7 @@ type apiWaiter struct {
 	Holds     []string  `json:"holds_leases"`
 }
 
-func newAPIWaiter(x collector.Waiter, now time.Time) apiWaiter {
+func newAPIWaiter(x state.Waiter, now time.Time) apiWaiter {
 	return apiWaiter{Key: x.Key, KeyB64: b64IfInvalid(x.Key), Class: x.Class, Owner: x.Owner, OwnerB64: b64IfInvalid(x.Owner),
 		Lease: x.Lease, Holder: x.Holder, HolderB64: b64IfInvalid(x.Holder), Since: x.Since.UTC(),
 		Waiting: seconds(max(now.Sub(x.Since), 0)), Deadline: x.Deadline.UTC(), Holds: nonNil(x.Holds)}

@@ -9,17 +9,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
 // benchAggregator is a real Aggregator holding 100 k tracked keys, 10 k of
 // them held (1 k of those past the stuck threshold, 2 k with a waiter), all
 // contended.
-func benchAggregator(b testing.TB) *collector.Aggregator {
+func benchAggregator(b testing.TB) *state.Aggregator {
 	b.Helper()
 	now := time.Now()
-	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return now }})
+	agg := state.New(state.Config{Now: func() time.Time { return now }})
 	classes := []string{"orders", "invoice", "cart", "report/daily", "inventory", "sync:tenant", "payout", "email:batch", "search:reindex", "ledger"}
 	const keys, held, stuck = 100_000, 10_000, 1_000
 	evs := make([]event.Event, 0, 4096)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
@@ -125,7 +125,7 @@ const (
 
 // newDist draws d. what names the measured time ("wait", "hold"): the x
 // axis reads "<what> time, bucket upper bound" and the y axis "calls".
-func newDist(title, what string, d collector.Distribution) distView {
+func newDist(title, what string, d state.Distribution) distView {
 	v := distView{Title: title, W: distW, H: distH + distLabelRoom, Count: fmtCount(d.Count),
 		PlotX: distYAxisW, BaseY: distH, XTitle: what + " time (bucket upper bound)", YTitle: "calls", XTitleY: distH + distLabelRoom - 3}
 	if d.Count == 0 || len(d.Counts) == 0 {
@@ -209,7 +209,7 @@ func bucketShort(bounds []time.Duration, i int) string {
 }
 
 // quantileBucket is the bucket holding the q-quantile.
-func quantileBucket(d collector.Distribution, q float64) int {
+func quantileBucket(d state.Distribution, q float64) int {
 	target := int64(math.Ceil(q * float64(d.Count)))
 	var cum int64
 	for i, c := range d.Counts {
@@ -223,7 +223,7 @@ func quantileBucket(d collector.Distribution, q float64) int {
 
 // quantileLabel is the upper bound of the bucket holding the q-quantile:
 // a histogram cannot say more than "at most this".
-func quantileLabel(d collector.Distribution, q float64) string {
+func quantileLabel(d state.Distribution, q float64) string {
 	i := quantileBucket(d, q)
 	if i < len(d.Bounds) {
 		return "≤ " + fmtDuration(d.Bounds[i])

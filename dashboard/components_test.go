@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"golang.org/x/net/html"
 )
@@ -198,7 +198,7 @@ func TestReleaseConfirmComponent(t *testing.T) {
 }
 
 func TestDistribution(t *testing.T) {
-	d := collector.Distribution{
+	d := state.Distribution{
 		Bounds: []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second},
 		Counts: []int64{0, 90, 9, 1, 0},
 		Sum:    900 * time.Millisecond,
@@ -244,7 +244,7 @@ func TestDistribution(t *testing.T) {
 	if len(labels) == 0 || !strings.HasSuffix(labels[0], "ms") && !strings.HasSuffix(labels[0], "s") {
 		t.Errorf("x axis bucket labels %q carry no unit", labels)
 	}
-	if e := newDist("Hold", "hold", collector.Distribution{}); !e.Empty {
+	if e := newDist("Hold", "hold", state.Distribution{}); !e.Empty {
 		t.Errorf("empty distribution not marked empty")
 	}
 }

@@ -4,9 +4,10 @@
 //
 // Pages are templ components rendered on the server (inline SVG for the
 // pictures, a small script of our own for live refresh; every page works
-// without JavaScript). Data comes from a collector.Querier; forced releases
-// go through a Releaser (a *lock.Client), which deletes a lock only if its
-// value still matches the fingerprint the operator saw.
+// without JavaScript). Data comes from a Querier (the aggregation state,
+// collector/state, answers it); forced releases go through a Releaser (a
+// *lock.Client), which deletes a lock only if its value still matches the
+// fingerprint the operator saw.
 //
 // Security model:
 //   - Operator credentials are HTTP basic auth (Username and Password) and/or
@@ -51,7 +52,6 @@ import (
 
 	"github.com/gorilla/mux"
 
-	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -119,7 +119,7 @@ const MaxReason = 500
 
 // server holds what handlers share.
 type server struct {
-	q     collector.Querier
+	q     Querier
 	rel   Releaser
 	opt   Options
 	log   *slog.Logger
@@ -130,7 +130,7 @@ type server struct {
 
 // New returns the dashboard's handler. rel may be nil: the dashboard is then
 // read-only whatever the credentials.
-func New(q collector.Querier, rel Releaser, opt *Options) (http.Handler, error) {
+func New(q Querier, rel Releaser, opt *Options) (http.Handler, error) {
 	if q == nil {
 		return nil, errors.New("dashboard: nil Querier")
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
@@ -25,7 +26,7 @@ func TestForeignLocksInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
 	rdb := redistest.Start(t, redistest.Options{}).Client(t)
-	agg := collector.NewAggregator(collector.Config{})
+	agg := state.New(state.Config{})
 	col := collector.New(rdb, agg, &collector.Options{Block: 100 * time.Millisecond, Watch: []string{"py:*", "flag:*"}, WatchNoTTL: true})
 	colCtx, stopCollector := context.WithCancel(ctx)
 	colDone := make(chan error, 1)

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -54,7 +55,7 @@ func TestEndToEndBrowser(t *testing.T) {
 	var shift atomic.Int64
 	shift.Store(int64(historyStart))
 	clock := func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
-	agg := collector.NewAggregator(collector.Config{StuckAfter: 2 * time.Second, Now: clock})
+	agg := state.New(state.Config{StuckAfter: 2 * time.Second, Now: clock})
 	col := collector.New(rdb, agg, &collector.Options{Block: 100 * time.Millisecond})
 	colCtx, stopCollector := context.WithCancel(ctx)
 	colDone := make(chan error, 1)
@@ -328,7 +329,7 @@ const historyStart = -9*time.Minute - 30*time.Second
 
 // history applies ten minutes of past activity to agg, moving its clock
 // along, and leaves the clock at the present.
-func history(agg *collector.Aggregator, shift *atomic.Int64, keys, owners []string) {
+func history(agg *state.Aggregator, shift *atomic.Int64, keys, owners []string) {
 	const step = 2 * time.Second
 	defer shift.Store(0)
 	for d, i := historyStart, 0; d < -70*time.Second; d, i = d+step, i+1 {

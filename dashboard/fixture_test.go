@@ -18,7 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/html"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/internal/syncbuf"
@@ -30,7 +30,7 @@ import (
 // as they happen, so what the pages show follows what the locks do.
 type fixture struct {
 	h    http.Handler
-	agg  *collector.Aggregator
+	agg  *state.Aggregator
 	lc   *lock.Client
 	rdb  redis.UniversalClient
 	pfx  string
@@ -52,7 +52,7 @@ func newFixture(t *testing.T, opt *Options) *fixture {
 	t.Helper()
 	srv := redistest.Shared(t)
 	f := &fixture{rdb: srv.Client(t), pfx: redistest.KeyPrefix(t), logs: &syncbuf.Buffer{}}
-	f.agg = collector.NewAggregator(collector.Config{})
+	f.agg = state.New(state.Config{})
 	f.lc = lock.New(f.rdb, &lock.Options{Owner: "test-owner", Recorder: &applyRecorder{agg: f.agg}})
 	if opt == nil {
 		opt = &Options{}
@@ -70,7 +70,7 @@ func newFixture(t *testing.T, opt *Options) *fixture {
 // applyRecorder applies each lock event to the aggregator at once.
 type applyRecorder struct {
 	mu  sync.Mutex
-	agg *collector.Aggregator
+	agg *state.Aggregator
 }
 
 func (r *applyRecorder) Record(e event.Event) {

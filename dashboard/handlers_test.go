@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
@@ -108,7 +108,7 @@ func TestReadOnlyHidesReleaseControls(t *testing.T) {
 }
 
 func TestNewRejectsHalfCredentials(t *testing.T) {
-	agg := collector.NewAggregator(collector.Config{})
+	agg := state.New(state.Config{})
 	for _, o := range []*Options{{Username: "u"}, {Password: "p"}, {RequireAuthForRead: true}, {TrustedOrigins: []string{"not a url"}}} {
 		if _, err := New(agg, nil, o); err == nil {
 			t.Errorf("New(%+v) = nil error, want an error", o)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/a-h/templ"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
 )
@@ -53,7 +53,7 @@ func windowLabel(d time.Duration) string {
 	return d.String()
 }
 
-// parseWindow accepts one of collector.Windows by its label ("5m") or any
+// parseWindow accepts one of state.Windows by its label ("5m") or any
 // Go duration equal to one; "" means 5 minutes.
 func parseWindow(s string) (time.Duration, bool) {
 	if s == "" {
@@ -63,7 +63,7 @@ func parseWindow(s string) (time.Duration, bool) {
 	if err != nil {
 		return 0, false
 	}
-	for _, w := range collector.Windows {
+	for _, w := range state.Windows {
 		if w == d {
 			return d, true
 		}
@@ -71,12 +71,12 @@ func parseWindow(s string) (time.Duration, bool) {
 	return 0, false
 }
 
-func parseRanking(s string) (collector.Ranking, bool) {
-	switch collector.Ranking(s) {
-	case "", collector.ByContentions:
-		return collector.ByContentions, true
-	case collector.ByWait:
-		return collector.ByWait, true
+func parseRanking(s string) (state.Ranking, bool) {
+	switch state.Ranking(s) {
+	case "", state.ByContentions:
+		return state.ByContentions, true
+	case state.ByWait:
+		return state.ByWait, true
 	}
 	return "", false
 }
@@ -99,7 +99,7 @@ const (
 	forcedRows      = 6
 )
 
-func (s *server) overviewView(r *http.Request, window time.Duration, by collector.Ranking) overviewView {
+func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ranking) overviewView {
 	now := s.now()
 	o := s.q.Overview()
 	v := overviewView{Page: s.page(r, "Overview", "overview"), Window: windowLabel(window), By: string(by)}
@@ -131,11 +131,11 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 			Href: "#forced", Tone: toneIf(o.Forced5m > 0, "warn")},
 	}
 
-	for _, d := range collector.Windows {
+	for _, d := range state.Windows {
 		l := windowLabel(d)
 		v.WindowTabs = append(v.WindowTabs, tab{Label: l, Href: "/?window=" + l + "&by=" + string(by) + "#hot", Active: d == window})
 	}
-	for _, b := range []collector.Ranking{collector.ByContentions, collector.ByWait} {
+	for _, b := range []state.Ranking{state.ByContentions, state.ByWait} {
 		v.ByTabs = append(v.ByTabs, tab{Label: string(b), Href: "/?window=" + v.Window + "&by=" + string(b) + "#hot", Active: b == by})
 	}
 
@@ -152,7 +152,7 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 		}
 		if h.Error > 0 {
 			row.Approx = fmtCount(h.Error)
-			if by == collector.ByWait {
+			if by == state.ByWait {
 				row.Approx = fmtDuration(time.Duration(h.Error))
 			}
 		}
@@ -189,8 +189,8 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by collecto
 	return v
 }
 
-func rankValue(h collector.HotKey, by collector.Ranking) float64 {
-	if by == collector.ByWait {
+func rankValue(h state.HotKey, by state.Ranking) float64 {
+	if by == state.ByWait {
 		return float64(h.Wait)
 	}
 	return float64(h.Contentions)
@@ -205,16 +205,16 @@ func toneIf(cond bool, tone string) string {
 
 // lockQuery reads the keys page's (and the locks API's) filters; def is the
 // order when none is asked for.
-func lockQuery(qs url.Values, def collector.LockSort) (collector.LockQuery, error) {
-	lq := collector.LockQuery{
+func lockQuery(qs url.Values, def state.LockSort) (state.LockQuery, error) {
+	lq := state.LockQuery{
 		Search:   qs.Get("q"),
 		Class:    qs.Get("class"),
 		HeldOnly: qs.Get("held") == "1" || qs.Get("held") == "true",
-		Sort:     collector.LockSort(qs.Get("sort")),
-		State:    collector.LockState(qs.Get("state")),
+		Sort:     state.LockSort(qs.Get("sort")),
+		State:    state.LockState(qs.Get("state")),
 	}
 	switch lq.State {
-	case "", collector.StateHeld, collector.StateStuck, collector.StateWaited, collector.StateFree:
+	case "", state.StateHeld, state.StateStuck, state.StateWaited, state.StateFree:
 	default:
 		return lq, errors.New("state must be one of held, stuck, waited, free")
 	}
@@ -224,7 +224,7 @@ func lockQuery(qs url.Values, def collector.LockSort) (collector.LockQuery, erro
 	switch lq.Sort {
 	case "":
 		lq.Sort = def
-	case collector.SortKey, collector.SortContentions, collector.SortWait, collector.SortHold, collector.SortAttention:
+	case state.SortKey, state.SortContentions, state.SortWait, state.SortHold, state.SortAttention:
 	default:
 		return lq, errors.New("sort must be one of attention, key, contentions, wait, hold")
 	}
@@ -251,7 +251,7 @@ func atoiDefault(s string, def, lo, hi int) (int, bool) {
 
 func (s *server) keysPage(w http.ResponseWriter, r *http.Request) {
 	qs := r.URL.Query()
-	lq, err := lockQuery(qs, collector.SortAttention)
+	lq, err := lockQuery(qs, state.SortAttention)
 	pageN, ok := atoiDefault(qs.Get("page"), 1, 1, 1<<30)
 	if err != nil || !ok {
 		msg := "page must be a positive number"
@@ -264,7 +264,7 @@ func (s *server) keysPage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, keysPage(s.keysView(r, lq, pageN)))
 }
 
-func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) keysView {
+func (s *server) keysView(r *http.Request, lq state.LockQuery, pageN int) keysView {
 	now := s.now()
 	size := s.opt.PageSize
 	lq.Limit = size
@@ -290,12 +290,12 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 		PageN:    pageN,
 		Pages:    pages,
 	}
-	for _, so := range []collector.LockSort{collector.SortAttention, collector.SortContentions, collector.SortWait, collector.SortHold, collector.SortKey} {
+	for _, so := range []state.LockSort{state.SortAttention, state.SortContentions, state.SortWait, state.SortHold, state.SortKey} {
 		v.Sorts = append(v.Sorts, tab{Label: string(so), Active: so == lq.Sort})
 	}
 	from := min(lq.Offset+1, res.Total)
 	v.From, v.To = fmtCount(from), fmtCount(lq.Offset+len(res.Locks))
-	link := func(n int, sort collector.LockSort) string {
+	link := func(n int, sort state.LockSort) string {
 		q := url.Values{}
 		if lq.Search != "" {
 			q.Set("q", lq.Search)
@@ -323,7 +323,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 	}
 	v.SortHref = map[string]string{}
 	for i := range v.Sorts {
-		v.Sorts[i].Href = link(1, collector.LockSort(v.Sorts[i].Label))
+		v.Sorts[i].Href = link(1, state.LockSort(v.Sorts[i].Label))
 		v.SortHref[v.Sorts[i].Label] = v.Sorts[i].Href
 	}
 	switch {
@@ -359,7 +359,7 @@ func (s *server) keysView(r *http.Request, lq collector.LockQuery, pageN int) ke
 
 // heldNow is 1 for a key held now: its hold is counted in acquisitions but
 // not yet in the hold total.
-func heldNow(l collector.LockInfo) int64 {
+func heldNow(l state.LockInfo) int64 {
 	if l.Held {
 		return 1
 	}
@@ -424,7 +424,7 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 
 const eventRows = 25
 
-func (s *server) keyView(r *http.Request, key string, d collector.KeyDetail, known bool, rh *lock.Holder, note string) keyView {
+func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known bool, rh *lock.Holder, note string) keyView {
 	now := s.now()
 	v := keyView{
 		Page:        s.page(r, "Key", "keys"),
@@ -536,7 +536,7 @@ func eventDetail(e event.Event) string {
 	return strings.Join(parts, " · ")
 }
 
-func newWaiterRow(x collector.Waiter, now time.Time) waiterRow {
+func newWaiterRow(x state.Waiter, now time.Time) waiterRow {
 	row := waiterRow{Key: newKeyCell(x.Key), Waiting: fmtDuration(now.Sub(x.Since).Truncate(100 * time.Millisecond)),
 		SinceTitle: x.Since.Format(time.RFC3339), Deadline: "in " + fmtDuration(x.Deadline.Sub(now).Truncate(time.Second))}
 	if !x.Deadline.After(now) {

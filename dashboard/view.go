@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -340,7 +340,7 @@ type errorView struct {
 	Message string
 }
 
-func (s *server) holderFromInfo(l collector.LockInfo, now time.Time) *holderView {
+func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 	if !l.Held {
 		return nil
 	}
@@ -393,7 +393,7 @@ func holderFromLock(h *lock.Holder, now time.Time) *holderView {
 // sinceFromCollector gives a holder read from Redis without an acquisition
 // time (a foreign lock: its value carries none) the time the collector saw
 // that same holder acquire it.
-func sinceFromCollector(v *holderView, h *lock.Holder, l collector.LockInfo, now time.Time) {
+func sinceFromCollector(v *holderView, h *lock.Holder, l state.LockInfo, now time.Time) {
 	if v.Since != "" || !l.Held || l.Since.IsZero() || l.Owner != h.Owner {
 		return
 	}
@@ -426,14 +426,14 @@ func onOff(b bool) string {
 
 // sortDir is the direction a sort orders rows in (aria-sort).
 func sortDir(sort string) string {
-	if sort == string(collector.SortKey) {
+	if sort == string(state.SortKey) {
 		return "ascending"
 	}
 	return "descending"
 }
 
 func sortArrow(sort string) string {
-	if sort == string(collector.SortKey) {
+	if sort == string(state.SortKey) {
 		return "↑"
 	}
 	return "↓"

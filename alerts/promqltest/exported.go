@@ -9,7 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/promexport"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
@@ -20,7 +21,8 @@ func Exported(tb testing.TB) map[string]dto.MetricType {
 	tb.Helper()
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { return now }
-	agg := collector.NewAggregator(collector.Config{Now: clock, StuckAfter: time.Minute})
+	metrics := promexport.New()
+	agg := state.New(state.Config{Now: clock, StuckAfter: time.Minute, Metrics: metrics})
 	ts := func() int64 { return now.UnixNano() }
 	step := func(d time.Duration) { now = now.Add(d); agg.Tick() }
 
@@ -57,7 +59,7 @@ func Exported(tb testing.TB) map[string]dto.MetricType {
 	step(time.Second)
 
 	reg := prometheus.NewPedanticRegistry()
-	if err := agg.Register(reg); err != nil {
+	if err := metrics.Register(reg, agg); err != nil {
 		tb.Fatalf("Register = %v", err)
 	}
 	mfs, err := reg.Gather()

@@ -3,7 +3,7 @@ package cli
 import (
 	"context"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 )
 
 func serveCommand() *command {
@@ -27,7 +27,7 @@ flushes its forced-release events and acknowledges what it has applied.`,
 			rc.defineStream(f, "Redis stream the lock library writes its events to")
 			sc.http.define(f)
 			sc.dashboard.define(f)
-			sc.collector.define(f, collector.DefaultStuckAfter)
+			sc.collector.define(f, state.DefaultStuckAfter)
 			lc.define(f)
 			return func(ctx context.Context, env *Env, _ []string) error {
 				if err := sc.validate(); err != nil {

@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/promexport"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/dashboard"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
@@ -44,8 +46,8 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*")
 	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "take watched keys without a TTL for locks too (a redis-py Lock without timeout); by default they are plain values")
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS], tried in order before the default (numbers, UUIDs and hex ids become *)")
-	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", collector.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
-	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", collector.DefaultMaxKeys, "most keys the collector keeps state for")
+	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", state.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
+	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", state.DefaultMaxKeys, "most keys the collector keeps state for")
 	f.Int(&c.memLimitMB, "memory-limit-mb", "LOCKSCOPE_MEMORY_LIMIT_MB", 0, "soft memory limit of the Go runtime in MiB (0: 64 + 1 per 1024 --max-keys, 259 by default; negative: none; GOMEMLIMIT wins)")
 	f.String(&c.replica, "replica", "LOCKSCOPE_REPLICA", "", "this replica's name, unique among the replicas and stable across its restarts: it reads every event through its own consumer group and rebuilds its picture at start (default <hostname>-<listen port>)")
 	f.String(&c.group, "group", "LOCKSCOPE_GROUP", "", "share this consumer group with other collectors instead of the replica's own: the stream is SPLIT between them and each shows part of every lock's events (not for replicas)")
@@ -53,14 +55,14 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.Duration(&c.backfill, "backfill", "LOCKSCOPE_BACKFILL", collector.DefaultBackfill, "how much of the stream's past a replica replays at start (negative: only new events)")
 }
 
-func (c *collectorConfig) aggregatorConfig() (collector.Config, error) {
-	cfg := collector.Config{MaxClasses: c.maxClasses, MaxKeys: c.maxKeys, StuckAfter: c.stuckAfter}
+func (c *collectorConfig) aggregatorConfig() (state.Config, error) {
+	cfg := state.Config{MaxClasses: c.maxClasses, MaxKeys: c.maxKeys, StuckAfter: c.stuckAfter}
 	for _, r := range c.classes {
 		pattern, class, _ := strings.Cut(r, "=")
 		if pattern == "" {
 			return cfg, &Error{Code: ExitUsage, Err: fmt.Errorf("invalid class rule %q: want PATTERN[=CLASS] (LOCKSCOPE_CLASSES)", r)}
 		}
-		cfg.Classes = append(cfg.Classes, collector.ClassRule{Pattern: pattern, Class: class})
+		cfg.Classes = append(cfg.Classes, state.ClassRule{Pattern: pattern, Class: class})
 	}
 	if c.stuckAfter < 0 || c.maxClasses < 0 || c.maxKeys < 0 {
 		return cfg, &Error{Code: ExitUsage, Err: errors.New("--stuck-after, --max-classes and --max-keys must not be negative")}
@@ -101,9 +103,9 @@ func (c *stackConfig) validate() error {
 type stack struct {
 	log     *slog.Logger
 	rdb     redis.UniversalClient
-	agg     *collector.Aggregator
-	cols    []*collector.Collector // one per partition stream
-	emitter *lock.Emitter          // records the dashboard's forced releases
+	agg     *state.Aggregator
+	cols    []*collector.Feeder // one per partition stream
+	emitter *lock.Emitter       // records the dashboard's forced releases
 	handler http.Handler
 }
 
@@ -138,10 +140,12 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	if err != nil {
 		return nil, err
 	}
-	agg := collector.NewAggregator(acfg)
+	metrics := promexport.New()
+	acfg.Metrics = metrics
+	agg := state.New(acfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if err := agg.Register(reg); err != nil {
+	if err := metrics.Register(reg, agg); err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	authFailures := prometheus.NewCounter(prometheus.CounterOpts{Name: "lockscope_auth_failures_total",
@@ -156,7 +160,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	// first one also follows keyspace notifications.
 	parts := max(cfg.partitions, 1)
 	streams := event.Streams(cfg.stream, parts)
-	cols := make([]*collector.Collector, len(streams))
+	cols := make([]*collector.Feeder, len(streams))
 	for i, st := range streams {
 		opt := &collector.Options{
 			Stream:     st,

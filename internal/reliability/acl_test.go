@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/cli"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -322,7 +323,7 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 		admin.Set(ctx, pre, "py-pre", time.Minute)
 	}
 
-	agg, reg := newAggregator(t, collector.Config{})
+	agg, reg := newAggregator(t, state.Config{})
 	// Entries of a dead consumer stay pending for the whole check.
 	opt := &collector.Options{Stream: stream, Group: group, Consumer: "c", ClaimMinIdle: time.Hour, Logger: quietLog()}
 	if watch {
@@ -404,17 +405,17 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	}
 	var logs syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	run := func(agg *collector.Aggregator) func() {
+	run := func(agg *state.Aggregator) func() {
 		cctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		opt := &collector.Options{Stream: stream, Replica: "r-" + user, Logger: log}
 		go func() { done <- collector.New(rdb, agg, opt).Run(cctx) }()
 		return func() { cancel(); <-done }
 	}
-	held := func(agg *collector.Aggregator, key string) bool { l, ok := agg.Lock(key); return ok && l.Held }
+	held := func(agg *state.Aggregator, key string) bool { l, ok := agg.Lock(key); return ok && l.Held }
 	before, down := "app:before:"+user, "app:down:"+user
 	xadd(before)
-	first, _ := newAggregator(t, collector.Config{})
+	first, _ := newAggregator(t, state.Config{})
 	stop := run(first)
 	wctx, wcancel := context.WithTimeout(ctx, 4*time.Second)
 	ok := waitFor(wctx, func() bool { return first.Health() == nil && held(first, before) })
@@ -425,7 +426,7 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 		return fmt.Errorf("first start: health %v, event written before it replayed: %v; log: %s", first.Health(), held(first, before), logs.String())
 	}
 	xadd(down)
-	second, _ := newAggregator(t, collector.Config{})
+	second, _ := newAggregator(t, state.Config{})
 	defer run(second)()
 	var problems []string
 	deadline := time.Now().Add(4 * time.Second)

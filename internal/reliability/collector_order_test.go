@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
@@ -59,7 +59,7 @@ func TestCollectorKeepsHoldsAcrossReorderedEmitters(t *testing.T) {
 			base := time.Unix(1_800_000_000, 0)
 			now := base
 			at := func(ms int) time.Time { return base.Add(time.Duration(ms) * time.Millisecond) }
-			agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return now }})
+			agg := state.New(state.Config{Now: func() time.Time { return now }})
 			for _, b := range tc.batches {
 				now = at(b.at)
 				for i := range b.evs {

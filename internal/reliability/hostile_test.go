@@ -19,7 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/html"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/dashboard"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -297,7 +297,7 @@ func FuzzKeyThroughDashboard(f *testing.F) {
 	f.Add("a/../b")
 	f.Add("#frag")
 	f.Add(" ")
-	agg := collector.NewAggregator(collector.Config{})
+	agg := state.New(state.Config{})
 	h, err := dashboard.New(agg, nil, nil)
 	if err != nil {
 		f.Fatal(err)

@@ -13,7 +13,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/promexport"
+	"github.com/lockscope/lockscope/collector/state"
 )
 
 // families is one scrape, by metric name.
@@ -100,11 +101,13 @@ func hasLabels(m *dto.Metric, match []string) bool {
 }
 
 // newAggregator returns an aggregator registered on a fresh registry.
-func newAggregator(t testing.TB, cfg collector.Config) (*collector.Aggregator, *prometheus.Registry) {
+func newAggregator(t testing.TB, cfg state.Config) (*state.Aggregator, *prometheus.Registry) {
 	t.Helper()
-	agg := collector.NewAggregator(cfg)
+	metrics := promexport.New()
+	cfg.Metrics = metrics
+	agg := state.New(cfg)
 	reg := prometheus.NewRegistry()
-	if err := agg.Register(reg); err != nil {
+	if err := metrics.Register(reg, agg); err != nil {
 		t.Fatal(err)
 	}
 	return agg, reg

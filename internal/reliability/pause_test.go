@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -153,7 +154,7 @@ type pauseResult struct {
 	forced      map[string]bool // leases removed by the operator
 	forcedStale int
 	events      []event.Event
-	agg         *collector.Aggregator
+	agg         *state.Aggregator
 	metrics     families
 	key         string
 }
@@ -168,7 +169,7 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 	ctx := testCtx(t, r.duration+30*time.Second)
 
 	// The collector watches the whole run, as in production.
-	agg, reg := newAggregator(t, collector.Config{})
+	agg, reg := newAggregator(t, state.Config{})
 	colCtx, stopCollector := context.WithCancel(ctx)
 	colDone := make(chan error, 1)
 	go func() {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/dashboard"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -52,7 +53,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 	em := lock.NewEmitter(appRDB, &lock.EmitterOptions{Stream: stream})
 	client := lock.New(appRDB, &lock.Options{Owner: "app", Recorder: em})
 
-	agg, reg := newAggregator(t, collector.Config{})
+	agg, reg := newAggregator(t, state.Config{})
 	dash, err := dashboard.New(agg, lock.New(colRDB, nil), nil)
 	if err != nil {
 		t.Fatal(err)

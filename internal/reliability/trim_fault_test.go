@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/faultproxy"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -51,7 +52,7 @@ func TestStreamTrimmedUnderLaggingCollector(t *testing.T) {
 	colRDB := redis.NewClient(&redis.Options{Addr: proxy.Addr()})
 	t.Cleanup(func() { colRDB.Close() })
 
-	agg, reg := newAggregator(t, collector.Config{})
+	agg, reg := newAggregator(t, state.Config{})
 	colCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/collector"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -297,7 +297,7 @@ func TestCrashedHolderExpires(t *testing.T) {
 	// the acquisition's TTL.
 	var now atomic.Int64
 	now.Store(time.Now().UnixNano())
-	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
+	agg := state.New(state.Config{Now: func() time.Time { return time.Unix(0, now.Load()) }})
 	agg.Apply(evs)
 	agg.Tick()
 	if got := agg.Expirations(10); len(got) != 0 {
@@ -428,7 +428,7 @@ func TestDeadlockFormsAndResolvesByTimeout(t *testing.T) {
 			break
 		}
 	}
-	agg := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, upTo[len(upTo)-1].TS) }})
+	agg := state.New(state.Config{Now: func() time.Time { return time.Unix(0, upTo[len(upTo)-1].TS) }})
 	agg.Apply(upTo)
 	cy := agg.Blocking().Cycles
 	if len(cy) != 1 || len(cy[0].Members) != 2 {
@@ -440,7 +440,7 @@ func TestDeadlockFormsAndResolvesByTimeout(t *testing.T) {
 		t.Errorf("cycle owners = %q", owners)
 	}
 	// And it resolved: both waits ended, nobody waits any more.
-	agg2 := collector.NewAggregator(collector.Config{Now: func() time.Time { return time.Unix(0, evs[len(evs)-1].TS) }})
+	agg2 := state.New(state.Config{Now: func() time.Time { return time.Unix(0, evs[len(evs)-1].TS) }})
 	agg2.Apply(evs)
 	if n := agg2.Overview().Waiters; n != 0 || len(agg2.Blocking().Cycles) != 0 {
 		t.Errorf("after the timeouts: %d waiters, cycles %+v; want none", n, agg2.Blocking().Cycles)

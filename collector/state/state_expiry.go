@@ -1,4 +1,4 @@
-package collector
+package state
 
 // expiryHeap orders holds by expiry so Tick finds the lapsed ones without
 // scanning every held key. Renewals push a new entry and leave the old one

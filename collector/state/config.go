@@ -1,4 +1,4 @@
-package collector
+package state
 
 import "time"
 
@@ -33,8 +33,8 @@ type Config struct {
 	RecentEvents int
 	// Now is the clock; nil means time.Now. Tests inject one.
 	Now func() time.Time
-	// Metrics receives the counts. nil means the aggregator's own
-	// Prometheus metrics (see Register).
+	// Metrics receives the counts (the Prometheus export implements it).
+	// nil counts nowhere.
 	Metrics Metrics
 }
 

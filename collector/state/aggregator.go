@@ -1,4 +1,4 @@
-package collector
+package state
 
 import (
 	"slices"
@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Aggregator turns lock events into metrics, hot keys and per-key state, and
-// answers the Querier interface.
+// Aggregator turns lock events into per-key state, hot keys, waiters and
+// the figures it counts through Config.Metrics, and answers the queries the
+// dashboard and the Prometheus export read.
 //
 // # What the figures mean
 //
@@ -84,7 +84,6 @@ import (
 type Aggregator struct {
 	cfg   Config
 	rules []classRule
-	m     *metrics
 	met   Metrics // where the figures are counted (Config.Metrics)
 	tot   Totals  // met's state-wide figures
 	keys  *keyTable
@@ -131,8 +130,6 @@ type Aggregator struct {
 	warm        uint64   // the sum of warmLocked's loads: used, so they stay
 }
 
-var _ Querier = (*Aggregator)(nil)
-
 const (
 	applyChunk   = 512  // events applied per hold of mu
 	maxInterned  = 4096 // distinct owner/reason strings shared between records
@@ -153,8 +150,8 @@ type classState struct {
 	oldest     int64 // since of the oldest hold, unix ns (refreshed by Tick)
 }
 
-// NewAggregator returns an Aggregator configured by cfg.
-func NewAggregator(cfg Config) *Aggregator {
+// New returns an Aggregator configured by cfg.
+func New(cfg Config) *Aggregator {
 	cfg = cfg.withDefaults()
 	a := &Aggregator{
 		cfg:     cfg,
@@ -164,10 +161,9 @@ func NewAggregator(cfg Config) *Aggregator {
 		tab:     internTab{ids: make(map[string]uint32)},
 	}
 	a.waits.init()
-	a.m = newMetrics(a)
 	a.met = cfg.Metrics
 	if a.met == nil {
-		a.met = a.m
+		a.met = nopMetrics{}
 	}
 	a.tot = a.met.Totals()
 	now := a.nowNS()
@@ -175,16 +171,6 @@ func NewAggregator(cfg Config) *Aggregator {
 	a.cur = a.steps.at(stepOf(now))
 	a.classNames.Store(&[]string{})
 	return a
-}
-
-// Register registers all lockscope_ metrics with reg.
-func (a *Aggregator) Register(reg prometheus.Registerer) error {
-	for _, c := range a.m.collectors() {
-		if err := reg.Register(c); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func (a *Aggregator) nowNS() int64 { return a.cfg.Now().UnixNano() }

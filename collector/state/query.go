@@ -1,4 +1,4 @@
-package collector
+package state
 
 import (
 	"time"
@@ -6,38 +6,9 @@ import (
 	"github.com/lockscope/lockscope/event"
 )
 
-// This file is the query surface the dashboard (and the operator command
-// line) reads. Every method is safe for concurrent use, answers from memory
-// and never waits on ingestion or on Redis.
-
-// Querier is what the collector answers about the locks it tracks.
-type Querier interface {
-	// Overview returns the headline figures.
-	Overview() Overview
-	// HotKeys returns up to n keys ranked by contentions or by total wait
-	// within the last window (one of Windows).
-	HotKeys(window time.Duration, by Ranking, n int) []HotKey
-	// Locks returns one page of tracked keys matching q.
-	Locks(q LockQuery) LockPage
-	// Lock returns one tracked key's detail; ok is false if it is unknown.
-	Lock(key string) (detail KeyDetail, ok bool)
-	// Stuck returns the locks currently considered stuck, longest held first.
-	Stuck() []LockInfo
-	// Expirations returns the most recent expired-while-held locks, newest first.
-	Expirations(n int) []Expiration
-	// ForcedReleases returns the most recent forced releases, newest first.
-	ForcedReleases(n int) []ForcedRelease
-	// Blocking returns who waits on whom now, and the deadlocks.
-	Blocking() Blocking
-	// Deadlocks returns the deadlocks now (Blocking().Cycles), looking only
-	// at waiting calls that hold leases: cheap enough for every page.
-	Deadlocks() []Cycle
-	// Classes returns the known lock classes, sorted.
-	Classes() []string
-	// Health reports ingestion state: nil when the consumer group is
-	// reading, else why not (Redis unreachable, group missing, ...).
-	Health() error
-}
+// This file holds the types of the query results the dashboard (and the
+// operator command line) reads. Every query method is safe for concurrent
+// use, answers from memory and never waits on ingestion or on Redis.
 
 // Windows are the hot-key windows the collector keeps.
 var Windows = []time.Duration{time.Minute, 5 * time.Minute, time.Hour}

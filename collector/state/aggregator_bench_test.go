@@ -1,14 +1,28 @@
-package collector
+package state_test
 
 import (
 	"fmt"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/internal/evtest"
+	"github.com/lockscope/lockscope/collector/promexport"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
+
+// The benchmarks of this file run the state as serve runs it, counting
+// into the Prometheus export: what applying an event costs includes its
+// counters and histograms.
+
+// newBenchAggregator returns an aggregator on a fake clock at evtest.T0,
+// counting into the Prometheus export.
+func newBenchAggregator(cfg state.Config) (*state.Aggregator, *evtest.Clock) {
+	clk := evtest.NewClock()
+	cfg.Now, cfg.Metrics = clk.Now, promexport.New()
+	return state.New(cfg), clk
+}
 
 // benchWorkload returns n events of a realistic mix over keys distinct keys
 // in 20 classes: each hold is acquired (a third after retries), renewed
@@ -21,7 +35,7 @@ func benchWorkload(n, keys int) []event.Event {
 	}
 	owners := []string{"api/host-1/101", "api/host-2/202", "worker/host-3/303", "worker/host-4/404"}
 	out := make([]event.Event, 0, n)
-	ts := aggT0.UnixNano()
+	ts := evtest.T0.UnixNano()
 	for i := 0; len(out) < n; i++ {
 		key := names[(i*7919)%keys]
 		owner := owners[i%len(owners)]
@@ -47,23 +61,12 @@ func benchWorkload(n, keys int) []event.Event {
 	return out[:n]
 }
 
-// cpuTime returns the process's user+system CPU time. The benchmarks report
-// CPU time per operation beside wall time: the machine they run on is
-// shared, and wall time there measures the neighbours as much as the code.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // BenchmarkApply measures aggregation per event (metrics included) on a
 // realistic mix over 10 000 keys, in batches as the ingest loop applies
 // them, with Tick every 100 ms of event time.
 func BenchmarkApply(b *testing.B) {
 	evs := benchWorkload(1<<16, 10_000)
-	a, clk := newTestAggregator(b, Config{})
+	a, clk := newBenchAggregator(state.Config{})
 	const batch = 256
 	// Warm up: every key and class exists, the rings have grown.
 	for i := 0; i < len(evs); i += batch {
@@ -71,7 +74,7 @@ func BenchmarkApply(b *testing.B) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := evtest.CPUTime()
 	n := 0
 	for i := 0; i < b.N; i++ {
 		off := (i * batch) % len(evs)
@@ -83,7 +86,7 @@ func BenchmarkApply(b *testing.B) {
 			a.Tick()
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
+	b.ReportMetric(float64((evtest.CPUTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "events/s")
 }
@@ -95,7 +98,7 @@ func BenchmarkApply(b *testing.B) {
 // are, and each acquisition evicts the least recently active key. Warmed up
 // by one pass over every key first: what it measures is the steady state.
 //
-//	go test -run '^$' -bench BenchmarkApplyKeys -benchtime 2000x ./collector/
+//	go test -run '^$' -bench BenchmarkApplyKeys -benchtime 2000x ./collector/state/
 func BenchmarkApplyKeys(b *testing.B) {
 	for _, keys := range []int{10_000, 500_000} {
 		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) { benchmarkApplyKeys(b, keys) })
@@ -103,7 +106,7 @@ func BenchmarkApplyKeys(b *testing.B) {
 }
 
 func benchmarkApplyKeys(b *testing.B, keys int) {
-	a, clk := newTestAggregator(b, Config{})
+	a, clk := newBenchAggregator(state.Config{})
 	evs := make([]event.Event, 0, 2*keys)
 	for i := range keys {
 		k, lease := "order:"+strconv.Itoa(i), strconv.FormatInt(int64(i), 16)
@@ -112,7 +115,7 @@ func benchmarkApplyKeys(b *testing.B, keys int) {
 			event.Event{Type: event.Released, Key: k, Owner: "api/host-1/42", Lease: lease, Hold: time.Microsecond})
 	}
 	const batch = 512
-	ts := aggT0.UnixNano()
+	ts := evtest.T0.UnixNano()
 	apply := func(off int) int {
 		chunk := evs[off:min(off+batch, len(evs))]
 		for i := range chunk {
@@ -127,7 +130,7 @@ func benchmarkApplyKeys(b *testing.B, keys int) {
 		off += apply(off)
 	}
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := evtest.CPUTime()
 	n, off := 0, 0
 	for i := 0; i < b.N; i++ {
 		n += apply(off)
@@ -138,63 +141,63 @@ func benchmarkApplyKeys(b *testing.B, keys int) {
 			a.Tick()
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
+	b.ReportMetric(float64((evtest.CPUTime()-cpu0).Nanoseconds())/float64(n), "cpu-ns/event")
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n), "ns/event")
 }
 
 // BenchmarkLocksPage measures one keys-page query over 100 000 tracked keys
 // of which 10 000 are held.
 func BenchmarkLocksPage(b *testing.B) {
-	a, clk := newTestAggregator(b, Config{})
-	clk.Set(aggT0.Add(time.Hour))
+	a, clk := newBenchAggregator(state.Config{})
+	clk.Set(evtest.T0.Add(time.Hour))
 	var evs []event.Event
 	for i := range 100_000 {
 		key := fmt.Sprintf("page:%d:item", i)
 		lease := fmt.Sprint(i)
-		evs = append(evs, event.Event{Type: event.Acquired, Key: key, Owner: "o", Lease: lease, TS: aggT0.UnixNano(),
+		evs = append(evs, event.Event{Type: event.Acquired, Key: key, Owner: "o", Lease: lease, TS: evtest.T0.UnixNano(),
 			Wait: time.Duration(i) * time.Microsecond, Attempts: 1 + i%3, TTL: time.Hour})
 		if i%10 != 0 {
-			evs = append(evs, event.Event{Type: event.Released, Key: key, Owner: "o", Lease: lease, TS: aggT0.UnixNano(), Hold: time.Millisecond})
+			evs = append(evs, event.Event{Type: event.Released, Key: key, Owner: "o", Lease: lease, TS: evtest.T0.UnixNano(), Hold: time.Millisecond})
 		}
 	}
 	a.Apply(evs)
 	queries := []struct {
 		name string
-		q    LockQuery
+		q    state.LockQuery
 	}{
-		{"contentions", LockQuery{}},
-		{"held-by-hold", LockQuery{HeldOnly: true, Sort: SortHold}},
-		{"search", LockQuery{Search: "99", Sort: SortWait}},
-		{"deep-page-by-key", LockQuery{Sort: SortKey, Offset: 50_000, Limit: 50}},
-		{"page-100-by-hold", LockQuery{Sort: SortHold, Offset: 4950, Limit: 50}},
+		{"contentions", state.LockQuery{}},
+		{"held-by-hold", state.LockQuery{HeldOnly: true, Sort: state.SortHold}},
+		{"search", state.LockQuery{Search: "99", Sort: state.SortWait}},
+		{"deep-page-by-key", state.LockQuery{Sort: state.SortKey, Offset: 50_000, Limit: 50}},
+		{"page-100-by-hold", state.LockQuery{Sort: state.SortHold, Offset: 4950, Limit: 50}},
 	}
 	for _, q := range queries {
 		b.Run(q.name, func(b *testing.B) {
 			b.ReportAllocs()
-			cpu0 := cpuTime()
+			cpu0 := evtest.CPUTime()
 			for range b.N {
 				if p := a.Locks(q.q); len(p.Locks) == 0 {
 					b.Fatalf("Locks(%+v) returned nothing", q.q)
 				}
 			}
-			b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+			b.ReportMetric(float64((evtest.CPUTime()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
 
 // BenchmarkHotKeys measures a 5-minute hot-key query with full sketches.
 func BenchmarkHotKeys(b *testing.B) {
-	a, clk := newTestAggregator(b, Config{})
+	a, clk := newBenchAggregator(state.Config{})
 	for s := range 31 {
 		var evs []event.Event
 		for i := range 3000 {
-			evs = append(evs, failed(fmt.Sprintf("hk:%d", (i*31+s)%50_000), "o", 0, time.Millisecond, 1, event.ReasonHeld))
+			evs = append(evs, evtest.Failed(fmt.Sprintf("hk:%d", (i*31+s)%50_000), "o", 0, time.Millisecond, 1, event.ReasonHeld))
 		}
 		a.Apply(evs)
-		clk.Add(seriesStep)
+		clk.Add(10 * time.Second) // one series step
 	}
 	b.ReportAllocs()
 	for range b.N {
-		a.HotKeys(5*time.Minute, ByContentions, 10)
+		a.HotKeys(5*time.Minute, state.ByContentions, 10)
 	}
 }

@@ -1,35 +1,23 @@
-package collector
+package state
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/lockscope/lockscope/collector/internal/evtest"
 	"github.com/lockscope/lockscope/event"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
-
-// contend returns n acquisitions of key that each waited wait over 2
-// attempts (contended), at aggT0+at.
-func contend(key string, n int, wait, at time.Duration) []event.Event {
-	out := make([]event.Event, n)
-	for i := range out {
-		out[i] = acquired(key, fmt.Sprintf("o%d", i), fmt.Sprintf("l%d", i), at, wait, 2, 0)
-	}
-	return out
-}
 
 func TestHotKeysExact(t *testing.T) {
 	a, clk := newTestAggregator(t, Config{})
 	ms := time.Millisecond
 	clk.Set(aggT0.Add(time.Second))
 	var evs []event.Event
-	evs = append(evs, contend("q:1", 5, 10*ms, 0)...)
-	evs = append(evs, contend("q:2", 3, 100*ms, 0)...)
-	evs = append(evs, contend("q:3", 1, 2*time.Second, 0)...)
+	evs = append(evs, evtest.Contend("q:1", 5, 10*ms, 0)...)
+	evs = append(evs, evtest.Contend("q:2", 3, 100*ms, 0)...)
+	evs = append(evs, evtest.Contend("q:3", 1, 2*time.Second, 0)...)
 	evs = append(evs, acquired("q:1", "x", "y", 0, ms, 1, 0)) // uncontended
 	evs = append(evs, failed("q:4", "z", 0, 3*ms, 1, event.ReasonHeld))
 	evs = append(evs, failed("q:4", "z", 0, 4*ms, 1, event.ReasonHeld))
@@ -61,7 +49,7 @@ func TestHotKeysExact(t *testing.T) {
 
 	// Counts from several buckets add up.
 	clk.Set(aggT0.Add(25 * time.Second))
-	a.Apply(contend("q:2", 4, 10*ms, 25*time.Second))
+	a.Apply(evtest.Contend("q:2", 4, 10*ms, 25*time.Second))
 	got := a.HotKeys(time.Minute, ByContentions, 1)
 	if len(got) != 1 || got[0].Key != "q:2" || got[0].Contentions != 7 || got[0].Error != 0 {
 		t.Errorf("HotKeys(1m) after a second bucket = %+v, want q:2 with 7 contentions, error 0", got)
@@ -71,7 +59,7 @@ func TestHotKeysExact(t *testing.T) {
 func TestHotKeysWindowExpiry(t *testing.T) {
 	a, clk := newTestAggregator(t, Config{})
 	clk.Set(aggT0.Add(time.Second))
-	a.Apply(contend("w:1", 3, time.Millisecond, time.Second))
+	a.Apply(evtest.Contend("w:1", 3, time.Millisecond, time.Second))
 	count := func(w time.Duration) int64 {
 		var n int64
 		for _, h := range a.HotKeys(w, ByContentions, 10) {
@@ -137,101 +125,6 @@ func TestHotKeysBounded(t *testing.T) {
 		}
 		if len(s.ents) > hotCapacity || indexed != len(s.ents) {
 			t.Errorf("live sketch holds %d entries, %d indexed, want equal and at most %d", len(s.ents), indexed, hotCapacity)
-		}
-	}
-}
-
-// TestHotKeyCollector checks that a key leaving the top 10 disappears from
-// the exposition at the next scrape and that __other__ holds the rest.
-func TestHotKeyCollector(t *testing.T) {
-	a, clk := newTestAggregator(t, Config{})
-	clk.Set(aggT0.Add(time.Second))
-	var evs []event.Event
-	for i := 1; i <= 11; i++ {
-		evs = append(evs, contend(fmt.Sprintf("k:%02d", i), i, time.Millisecond, 0)...)
-	}
-	a.Apply(evs)
-	expo := func(keys ...string) string {
-		var b strings.Builder
-		b.WriteString("# HELP lockscope_hot_key_contentions Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.\n")
-		b.WriteString("# TYPE lockscope_hot_key_contentions gauge\n")
-		for _, k := range keys {
-			b.WriteString(k + "\n")
-		}
-		return b.String()
-	}
-	want := expo(
-		`lockscope_hot_key_contentions{class="__other__",key="__other__"} 1`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:02"} 2`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:03"} 3`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:04"} 4`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:05"} 5`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:06"} 6`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:07"} 7`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:08"} 8`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:09"} 9`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:10"} 10`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:11"} 11`,
-	)
-	if err := testutil.CollectAndCompare(a.m.hot, strings.NewReader(want)); err != nil {
-		t.Errorf("first scrape: %v", err)
-	}
-	a.Apply(contend("k:01", 20, time.Millisecond, 0)) // k:01 climbs to the top, k:02 drops out
-	want = expo(
-		`lockscope_hot_key_contentions{class="__other__",key="__other__"} 2`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:01"} 21`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:03"} 3`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:04"} 4`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:05"} 5`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:06"} 6`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:07"} 7`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:08"} 8`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:09"} 9`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:10"} 10`,
-		`lockscope_hot_key_contentions{class="k:*",key="k:11"} 11`,
-	)
-	if err := testutil.CollectAndCompare(a.m.hot, strings.NewReader(want)); err != nil {
-		t.Errorf("second scrape: %v", err)
-	}
-	// Past the window, only the remainder series stays.
-	clk.Add(6 * time.Minute)
-	if err := testutil.CollectAndCompare(a.m.hot, strings.NewReader(expo(`lockscope_hot_key_contentions{class="__other__",key="__other__"} 0`))); err != nil {
-		t.Errorf("scrape after the window: %v", err)
-	}
-}
-
-// TestHotKeyLabels checks hostile keys become valid, distinct-or-merged
-// label values that a registry accepts.
-func TestHotKeyLabels(t *testing.T) {
-	a, clk := newTestAggregator(t, Config{})
-	clk.Set(aggT0.Add(time.Second))
-	long := strings.Repeat("k", 10_000)
-	a.Apply(append(append(append(contend("bad:\xff", 2, 0, 0), contend("bad:\xfe", 1, 0, 0)...), contend(long, 1, 0, 0)...),
-		contend("esc:\x1b[31mred\x1b[0m\n", 4, 0, 0)...))
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(a.m.hot)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatalf("Gather() = %v", err)
-	}
-	got := map[string]float64{}
-	for _, m := range mfs[0].GetMetric() {
-		got[labelOf(m, "key")] = m.GetGauge().GetValue()
-	}
-	// "\xff" and "\xfe" both sanitise to U+FFFD: merged into one series.
-	if got["bad:\uFFFD"] != 3 {
-		t.Errorf("hot key labels = %v, want bad:\\uFFFD = 3 (two keys merged)", got)
-	}
-	// Control characters never reach a terminal running curl /metrics.
-	if got["esc:?[31mred?[0m?"] != 4 {
-		t.Errorf("hot key labels = %v, want the ESC key as esc:?[31mred?[0m? = 4", got)
-	}
-	for k := range got {
-		if hasControl(k) {
-			t.Errorf("hot key label %q carries a control character", k)
-		}
-		if len(k) > maxKeyLabelLen+len("…") {
-			t.Errorf("hot key label of %d bytes, want at most %d", len(k), maxKeyLabelLen+3)
 		}
 	}
 }

@@ -1,82 +1,31 @@
-package collector
+package promexport
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/event"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/lockscope/lockscope/collector/internal/evtest"
+	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/event"
 )
 
-// aggT0 is a step-aligned instant the aggregation tests start from.
-var aggT0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// aggClock is an injectable clock.
-type aggClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newAggClock() *aggClock { return &aggClock{t: aggT0} }
-
-func (c *aggClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *aggClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
-
-func (c *aggClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-// newTestAggregator returns an aggregator on a fake clock at aggT0.
-func newTestAggregator(t testing.TB, cfg Config) (*Aggregator, *aggClock) {
+// newTestState returns a state on a fake clock at evtest.T0 counting into
+// m, whose mirrored gauges read it; m is not registered.
+func newTestState(t testing.TB, cfg state.Config) (*state.Aggregator, *evtest.Clock, *Metrics) {
 	t.Helper()
-	clk := newAggClock()
-	cfg.Now = clk.Now
-	return NewAggregator(cfg), clk
-}
-
-// ev builds an event at aggT0+at.
-func ev(typ event.Type, key, owner, lease string, at time.Duration) event.Event {
-	return event.Event{Type: typ, Key: key, Owner: owner, Lease: lease, TS: aggT0.Add(at).UnixNano()}
-}
-
-func acquired(key, owner, lease string, at, wait time.Duration, attempts int, ttl time.Duration) event.Event {
-	e := ev(event.Acquired, key, owner, lease, at)
-	e.Wait, e.Attempts, e.TTL = wait, attempts, ttl
-	return e
-}
-
-func failed(key, owner string, at, wait time.Duration, attempts int, reason string) event.Event {
-	e := ev(event.Failed, key, owner, "", at)
-	e.Wait, e.Attempts, e.Reason = wait, attempts, reason
-	return e
-}
-
-func ended(typ event.Type, key, owner, lease string, at, hold time.Duration, reason string) event.Event {
-	e := ev(typ, key, owner, lease, at)
-	e.Hold, e.Reason = hold, reason
-	return e
-}
-
-func renewed(key, owner, lease string, at, ttl time.Duration) event.Event {
-	e := ev(event.Renewed, key, owner, lease, at)
-	e.TTL = ttl
-	return e
+	clk := evtest.NewClock()
+	m := New()
+	cfg.Now, cfg.Metrics = clk.Now, m
+	a := state.New(cfg)
+	m.readFrom(a)
+	return a, clk, m
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -84,41 +33,41 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 // TestMetricsScripted applies a scripted sequence with a fake clock and
 // compares the whole exposition (histograms checked separately).
 func TestMetricsScripted(t *testing.T) {
-	a, clk := newTestAggregator(t, Config{Classes: []ClassRule{{Pattern: "payment:*"}}})
+	a, clk, m := newTestState(t, state.Config{Classes: []state.ClassRule{{Pattern: "payment:*"}}})
 	reg := prometheus.NewPedanticRegistry()
-	if err := a.Register(reg); err != nil {
+	if err := m.Register(reg, a); err != nil {
 		t.Fatalf("Register() = %v", err)
 	}
 	ms := time.Millisecond
-	forced := ended(event.Forced, "orders:43", "B", "L2", 900*ms, 880*ms, "stuck")
+	forced := evtest.Ended(event.Forced, "orders:43", "B", "L2", 900*ms, 880*ms, "stuck")
 	forced.By = "op"
-	dropped := ev(event.Dropped, "", "", "", 900*ms)
+	dropped := evtest.Ev(event.Dropped, "", "", "", 900*ms)
 	dropped.Count = 7
-	clk.Set(aggT0.Add(time.Second))
+	clk.Set(evtest.T0.Add(time.Second))
 	a.Apply([]event.Event{
-		acquired("orders:42", "A", "L1", 0, 2*ms, 1, 10*time.Second),
-		failed("orders:42", "B", 10*ms, ms, 1, event.ReasonHeld),
-		acquired("orders:43", "B", "L2", 20*ms, 150*ms, 3, 10*time.Second),
-		ended(event.Released, "orders:42", "A", "L1", 300*ms, 300*ms, ""),
-		ev(event.Waiting, "orders:42", "B", "L3", 400*ms),                  // B waits: ended by its acquisition
-		acquired("orders:42", "B", "L3", 500*ms, 600*ms, 2, 5*time.Second), // handoff A -> B
-		ended(event.Released, "orders:42", "A", "L1", 510*ms, 0, event.ReasonNotOwner),
-		failed("payment:abc", "C", 600*ms, 3*time.Second, 10, event.ReasonTimeout),
-		failed("payment:abc", "C", 610*ms, 10*ms, 1, "weird"), // unknown reason: error
-		failed("payment:abc", "C", 620*ms, 20*ms, 2, event.ReasonCanceled),
-		ev(event.Waiting, "payment:abc", "D", "W1", 630*ms), // D still waits
-		renewed("orders:43", "B", "L2", 700*ms, 10*time.Second),
-		ended(event.RenewFailed, "orders:43", "B", "L2", 800*ms, 0, event.ReasonError),
+		evtest.Acquired("orders:42", "A", "L1", 0, 2*ms, 1, 10*time.Second),
+		evtest.Failed("orders:42", "B", 10*ms, ms, 1, event.ReasonHeld),
+		evtest.Acquired("orders:43", "B", "L2", 20*ms, 150*ms, 3, 10*time.Second),
+		evtest.Ended(event.Released, "orders:42", "A", "L1", 300*ms, 300*ms, ""),
+		evtest.Ev(event.Waiting, "orders:42", "B", "L3", 400*ms),                  // B waits: ended by its acquisition
+		evtest.Acquired("orders:42", "B", "L3", 500*ms, 600*ms, 2, 5*time.Second), // handoff A -> B
+		evtest.Ended(event.Released, "orders:42", "A", "L1", 510*ms, 0, event.ReasonNotOwner),
+		evtest.Failed("payment:abc", "C", 600*ms, 3*time.Second, 10, event.ReasonTimeout),
+		evtest.Failed("payment:abc", "C", 610*ms, 10*ms, 1, "weird"), // unknown reason: error
+		evtest.Failed("payment:abc", "C", 620*ms, 20*ms, 2, event.ReasonCanceled),
+		evtest.Ev(event.Waiting, "payment:abc", "D", "W1", 630*ms), // D still waits
+		evtest.Renewed("orders:43", "B", "L2", 700*ms, 10*time.Second),
+		evtest.Ended(event.RenewFailed, "orders:43", "B", "L2", 800*ms, 0, event.ReasonError),
 		forced,
 		dropped,
-		acquired("jobs:7", "D", "L4", 100*ms, ms, 1, 30*time.Second),
-		ended(event.Lost, "jobs:7", "D", "L4", 950*ms, 850*ms, event.ReasonNotOwner),
+		evtest.Acquired("jobs:7", "D", "L4", 100*ms, ms, 1, 30*time.Second),
+		evtest.Ended(event.Lost, "jobs:7", "D", "L4", 950*ms, 850*ms, event.ReasonNotOwner),
 	})
 	a.Malformed(2)
 	a.SetStreamStats(5, 3)
 	a.StreamGap(4)
 	// orders:42 (L3) expires at 5.5 s; with 1 s grace Tick at 7 s declares it.
-	clk.Set(aggT0.Add(7 * time.Second))
+	clk.Set(evtest.T0.Add(7 * time.Second))
 	a.Tick()
 	a.KeyExpired("orders:42") // confirms, must not count again
 	a.Tick()
@@ -195,7 +144,7 @@ lockscope_hot_key_contentions{class="orders:*",key="orders:42"} 2
 lockscope_hot_key_contentions{class="orders:*",key="orders:43"} 1
 # HELP lockscope_last_event_timestamp_seconds Unix time of the newest applied event (never later than the collector's clock).
 # TYPE lockscope_last_event_timestamp_seconds gauge
-lockscope_last_event_timestamp_seconds ` + fmtFloat(float64(aggT0.Add(950*ms).UnixNano())/1e9) + `
+lockscope_last_event_timestamp_seconds ` + fmtFloat(float64(evtest.T0.Add(950*ms).UnixNano())/1e9) + `
 # HELP lockscope_releases_total Release calls by outcome: released, or not_owner when the lock had already passed to another owner.
 # TYPE lockscope_releases_total counter
 lockscope_releases_total{class="jobs:*",outcome="not_owner"} 0
@@ -288,7 +237,7 @@ lockscope_waiters{class="payment:*"} 1
 		}
 	}
 
-	problems, err := testutil.CollectAndLint(collectorsOf(a))
+	problems, err := testutil.CollectAndLint(collectorsOf(m))
 	if err != nil {
 		t.Fatalf("CollectAndLint() = %v", err)
 	}
@@ -298,7 +247,7 @@ lockscope_waiters{class="payment:*"} 1
 
 	exps := a.Expirations(10)
 	if len(exps) != 1 || exps[0].Key != "orders:42" || exps[0].Owner != "B" || exps[0].Lease != "L3" ||
-		!exps[0].Confirmed || exps[0].Held != 5*time.Second || !exps[0].At.Equal(aggT0.Add(5500*ms)) {
+		!exps[0].Confirmed || exps[0].Held != 5*time.Second || !exps[0].At.Equal(evtest.T0.Add(5500*ms)) {
 		t.Errorf("Expirations() = %+v, want one confirmed orders:42 by B (L3) at 5.5 s held 5 s", exps)
 	}
 	fr := a.ForcedReleases(10)
@@ -337,70 +286,23 @@ func (m multiCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func collectorsOf(a *Aggregator) prometheus.Collector { return multiCollector(a.m.collectors()) }
-
-// A passively watched acquisition's wait is unknown (a failed SET NX makes
-// no notification), not zero: it stays out of the wait histogram, the
-// overview's wait figures and its contention ratio.
-func TestPassiveAcquisitionsHaveNoKnownWait(t *testing.T) {
-	agg, clk := newTestAggregator(t, Config{})
-	reg := prometheus.NewRegistry()
-	if err := agg.Register(reg); err != nil {
-		t.Fatal(err)
-	}
-	// One instrumented acquisition that waited.
-	agg.Apply([]event.Event{acquired("app:a", "svc", "l1", time.Second, 200*time.Millisecond, 3, time.Minute)})
-	// Four passive ones (redis-py), whose waits nobody saw.
-	for i := range 4 {
-		e := acquired("py:b", "redis-py/redlock 1234abcd", "", time.Duration(2+i)*time.Second, 0, 1, time.Minute)
-		e.Passive = true
-		agg.Apply([]event.Event{e, ended(event.Released, "py:b", "redis-py/redlock 1234abcd", "", time.Duration(2+i)*time.Second+time.Millisecond, time.Millisecond, "")})
-	}
-	clk.Set(aggT0.Add(7 * time.Second))
-	o := agg.Overview()
-	if o.ContentionRatio != 1 {
-		t.Errorf("ContentionRatio = %v, want 1 (one contended of one acquisition with a known wait)", o.ContentionRatio)
-	}
-	if o.WaitP99 < 100*time.Millisecond {
-		t.Errorf("WaitP99 = %v, want the instrumented wait's bucket, not pulled down by unknown waits", o.WaitP99)
-	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "lockscope_wait_seconds" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "class" && strings.HasPrefix(l.GetValue(), "py:") && m.GetHistogram().GetSampleCount() != 0 {
-					t.Errorf("lockscope_wait_seconds{class=%q} has %d samples, want none from passive acquisitions", l.GetValue(), m.GetHistogram().GetSampleCount())
-				}
-			}
-		}
-	}
-	d, ok := agg.Lock("py:b")
-	if !ok || d.Wait.Count != 0 || d.Acquisitions != 4 {
-		t.Errorf("Lock(py:b) wait count %d, acquisitions %d; want 0 and 4", d.Wait.Count, d.Acquisitions)
-	}
-}
+func collectorsOf(m *Metrics) prometheus.Collector { return multiCollector(m.collectors()) }
 
 // A held watched key without a TTL (taken for a lock with WatchNoTTL) is
 // counted by lockscope_locks_without_expiry until it is released.
 func TestLocksWithoutExpiryGauge(t *testing.T) {
-	agg, clk := newTestAggregator(t, Config{})
+	agg, clk, m := newTestState(t, state.Config{})
 	reg := prometheus.NewRegistry()
-	if err := agg.Register(reg); err != nil {
+	if err := m.Register(reg, agg); err != nil {
 		t.Fatal(err)
 	}
-	py := acquired("py:report-1", "redis-py/redlock 1234abcd", "", time.Second, 0, 1, 0)
+	py := evtest.Acquired("py:report-1", "redis-py/redlock 1234abcd", "", time.Second, 0, 1, 0)
 	py.Passive = true
-	timed := acquired("py:report-2", "redis-py/redlock 5678abcd", "", time.Second, 0, 1, time.Minute)
+	timed := evtest.Acquired("py:report-2", "redis-py/redlock 5678abcd", "", time.Second, 0, 1, time.Minute)
 	timed.Passive = true
-	own := acquired("app:job-1", "svc", "l1", time.Second, 0, 1, time.Minute)
+	own := evtest.Acquired("app:job-1", "svc", "l1", time.Second, 0, 1, time.Minute)
 	agg.Apply([]event.Event{py, timed, own})
-	clk.Set(aggT0.Add(2 * time.Second))
+	clk.Set(evtest.T0.Add(2 * time.Second))
 	agg.Tick()
 	gauge := func() float64 {
 		mfs, err := reg.Gather()
@@ -420,122 +322,105 @@ func TestLocksWithoutExpiryGauge(t *testing.T) {
 	if got := gauge(); got != 1 {
 		t.Errorf("lockscope_locks_without_expiry{class=py:report-*} = %v, want 1", got)
 	}
-	agg.Apply([]event.Event{ended(event.Released, "py:report-1", "redis-py/redlock 1234abcd", "", 3*time.Second, 2*time.Second, "")})
-	clk.Set(aggT0.Add(5 * time.Second))
+	agg.Apply([]event.Event{evtest.Ended(event.Released, "py:report-1", "redis-py/redlock 1234abcd", "", 3*time.Second, 2*time.Second, "")})
+	clk.Set(evtest.T0.Add(5 * time.Second))
 	agg.Tick()
 	if got := gauge(); got != 0 {
 		t.Errorf("after the release lockscope_locks_without_expiry = %v, want 0", got)
 	}
 }
 
-// A forced release of another library's lock deletes the key: the watcher
-// reports a passive release at once, the forced event follows through the
-// stream. The two are one forced release, whichever comes first; a passive
-// release nothing explains counts as a release once it has waited.
-func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
-	const owner = "redis-py/redlock 1234abcd"
-	passive := func(typ event.Type, key string, at time.Duration) event.Event {
-		e := ev(typ, key, owner, "", at)
-		e.Passive, e.TTL, e.Attempts = true, time.Minute, 1
-		if typ == event.Released {
-			e.Hold = at - time.Second
-		}
-		return e
+// TestHotKeyCollector checks that a key leaving the top 10 disappears from
+// the exposition at the next scrape and that __other__ holds the rest.
+func TestHotKeyCollector(t *testing.T) {
+	a, clk, m := newTestState(t, state.Config{})
+	clk.Set(evtest.T0.Add(time.Second))
+	var evs []event.Event
+	for i := 1; i <= 11; i++ {
+		evs = append(evs, evtest.Contend(fmt.Sprintf("k:%02d", i), i, time.Millisecond, 0)...)
 	}
-	forced := func(key string, at time.Duration) event.Event {
-		e := ev(event.Forced, key, owner, "", at)
-		e.By, e.Reason = "ops", "hung"
-		return e
+	a.Apply(evs)
+	expo := func(keys ...string) string {
+		var b strings.Builder
+		b.WriteString("# HELP lockscope_hot_key_contentions Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.\n")
+		b.WriteString("# TYPE lockscope_hot_key_contentions gauge\n")
+		for _, k := range keys {
+			b.WriteString(k + "\n")
+		}
+		return b.String()
 	}
-	counts := func(t *testing.T, agg *Aggregator, reg *prometheus.Registry, key string) (released, forcedN float64, types []string) {
-		t.Helper()
-		mfs, err := reg.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, mf := range mfs {
-			for _, m := range mf.GetMetric() {
-				switch {
-				case mf.GetName() == "lockscope_releases_total" && strings.Contains(m.String(), `value:"released"`):
-					released += m.GetCounter().GetValue()
-				case mf.GetName() == "lockscope_forced_releases_total":
-					forcedN += m.GetCounter().GetValue()
-				}
-			}
-		}
-		d, _ := agg.Lock(key)
-		for _, e := range d.Recent {
-			types = append(types, e.Type.String())
-		}
-		return released, forcedN, types
+	want := expo(
+		`lockscope_hot_key_contentions{class="__other__",key="__other__"} 1`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:02"} 2`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:03"} 3`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:04"} 4`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:05"} 5`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:06"} 6`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:07"} 7`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:08"} 8`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:09"} 9`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:10"} 10`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:11"} 11`,
+	)
+	if err := testutil.CollectAndCompare(m.hot, strings.NewReader(want)); err != nil {
+		t.Errorf("first scrape: %v", err)
 	}
-	for _, tc := range []struct {
-		name  string
-		order func(key string) []event.Event
-	}{
-		{"watcher first", func(key string) []event.Event {
-			return []event.Event{passive(event.Released, key, 3*time.Second), forced(key, 3*time.Second+50*time.Millisecond)}
-		}},
-		{"stream first", func(key string) []event.Event {
-			return []event.Event{forced(key, 3*time.Second), passive(event.Released, key, 3*time.Second-time.Millisecond)}
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			agg, clk := newTestAggregator(t, Config{})
-			reg := prometheus.NewRegistry()
-			if err := agg.Register(reg); err != nil {
-				t.Fatal(err)
-			}
-			key := "py:job-1"
-			agg.Apply([]event.Event{passive(event.Acquired, key, time.Second)})
-			clk.Set(aggT0.Add(3 * time.Second))
-			for _, e := range tc.order(key) {
-				agg.Apply([]event.Event{e})
-			}
-			clk.Set(aggT0.Add(5 * time.Second))
-			agg.Tick()
-			released, forcedN, types := counts(t, agg, reg, key)
-			if released != 0 || forcedN != 1 || strings.Join(types, ",") != "forced,acquired" {
-				t.Errorf("released %v, forced %v, timeline %v; want 0, 1, [forced acquired]", released, forcedN, types)
-			}
-			if d, _ := agg.Lock(key); d.Held {
-				t.Error("still held after the forced release")
-			}
-		})
+	a.Apply(evtest.Contend("k:01", 20, time.Millisecond, 0)) // k:01 climbs to the top, k:02 drops out
+	want = expo(
+		`lockscope_hot_key_contentions{class="__other__",key="__other__"} 2`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:01"} 21`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:03"} 3`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:04"} 4`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:05"} 5`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:06"} 6`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:07"} 7`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:08"} 8`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:09"} 9`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:10"} 10`,
+		`lockscope_hot_key_contentions{class="k:*",key="k:11"} 11`,
+	)
+	if err := testutil.CollectAndCompare(m.hot, strings.NewReader(want)); err != nil {
+		t.Errorf("second scrape: %v", err)
 	}
-	t.Run("a plain release waits, then counts", func(t *testing.T) {
-		agg, clk := newTestAggregator(t, Config{})
-		reg := prometheus.NewRegistry()
-		if err := agg.Register(reg); err != nil {
-			t.Fatal(err)
+	// Past the window, only the remainder series stays.
+	clk.Add(6 * time.Minute)
+	if err := testutil.CollectAndCompare(m.hot, strings.NewReader(expo(`lockscope_hot_key_contentions{class="__other__",key="__other__"} 0`))); err != nil {
+		t.Errorf("scrape after the window: %v", err)
+	}
+}
+
+// TestHotKeyLabels checks hostile keys become valid, distinct-or-merged
+// label values that a registry accepts.
+func TestHotKeyLabels(t *testing.T) {
+	a, clk, m := newTestState(t, state.Config{})
+	clk.Set(evtest.T0.Add(time.Second))
+	long := strings.Repeat("k", 10_000)
+	a.Apply(append(append(append(evtest.Contend("bad:\xff", 2, 0, 0), evtest.Contend("bad:\xfe", 1, 0, 0)...), evtest.Contend(long, 1, 0, 0)...),
+		evtest.Contend("esc:\x1b[31mred\x1b[0m\n", 4, 0, 0)...))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.hot)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather() = %v", err)
+	}
+	got := map[string]float64{}
+	for _, m := range mfs[0].GetMetric() {
+		got[labelOf(m, "key")] = m.GetGauge().GetValue()
+	}
+	// "\xff" and "\xfe" both sanitise to U+FFFD: merged into one series.
+	if got["bad:\uFFFD"] != 3 {
+		t.Errorf("hot key labels = %v, want bad:\\uFFFD = 3 (two keys merged)", got)
+	}
+	// Control characters never reach a terminal running curl /metrics.
+	if got["esc:?[31mred?[0m?"] != 4 {
+		t.Errorf("hot key labels = %v, want the ESC key as esc:?[31mred?[0m? = 4", got)
+	}
+	for k := range got {
+		if hasControl(k) {
+			t.Errorf("hot key label %q carries a control character", k)
 		}
-		key := "py:job-2"
-		agg.Apply([]event.Event{passive(event.Acquired, key, time.Second)})
-		clk.Set(aggT0.Add(3 * time.Second))
-		agg.Apply([]event.Event{passive(event.Released, key, 3*time.Second)})
-		clk.Set(aggT0.Add(3*time.Second + parkFor))
-		agg.Tick()
-		released, forcedN, types := counts(t, agg, reg, key)
-		if released != 1 || forcedN != 0 || strings.Join(types, ",") != "released,acquired" {
-			t.Errorf("released %v, forced %v, timeline %v; want 1, 0, [released acquired]", released, forcedN, types)
+		if len(k) > maxKeyLabelLen+len("…") {
+			t.Errorf("hot key label of %d bytes, want at most %d", len(k), maxKeyLabelLen+3)
 		}
-		if d, _ := agg.Lock(key); d.Held || d.Hold.Count != 1 {
-			t.Errorf("held %v, holds %d; want free with one hold", d.Held, d.Hold.Count)
-		}
-	})
-	t.Run("a new holder follows the parked release", func(t *testing.T) {
-		agg, clk := newTestAggregator(t, Config{})
-		key := "py:job-3"
-		agg.Apply([]event.Event{passive(event.Acquired, key, time.Second)})
-		clk.Set(aggT0.Add(3 * time.Second))
-		agg.Apply([]event.Event{passive(event.Released, key, 3*time.Second), passive(event.Acquired, key, 3*time.Second+time.Millisecond)})
-		d, _ := agg.Lock(key)
-		var types []string
-		for _, e := range d.Recent {
-			types = append(types, e.Type.String())
-		}
-		if !d.Held || d.Hold.Count != 1 || strings.Join(types, ",") != "acquired,released,acquired" {
-			t.Errorf("held %v, holds %d, timeline %v; want the new hold after the old one's release", d.Held, d.Hold.Count, types)
-		}
-	})
+	}
 }

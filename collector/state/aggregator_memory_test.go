@@ -1,4 +1,4 @@
-package collector
+package state_test
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
@@ -32,7 +33,7 @@ var (
 // clock advances 1 ms per key, so the run covers 2.8 hours and every hot-key
 // bucket fills. Run it alone, in its own process (RSS is the process's):
 //
-//	go test -run '^$' -bench BenchmarkDistinctKeys10M -benchtime 1x ./collector/
+//	go test -run '^$' -bench BenchmarkDistinctKeys10M -benchtime 1x ./collector/state/
 //
 // -distinct-keys N streams N keys instead; -distinct-keys-heap FILE writes a
 // heap profile while the aggregator is still live.
@@ -43,7 +44,7 @@ func BenchmarkDistinctKeys10M(b *testing.B) {
 }
 
 func distinctKeysRun(b *testing.B, n int) {
-	a, clk := newTestAggregator(b, Config{})
+	a, clk := newBenchAggregator(state.Config{})
 	owners := make([]string, 256)
 	for i := range owners {
 		owners[i] = fmt.Sprintf("worker-%d/ip-10-0-%d-%d/%d", i%16, i%8, i%32, 1000+i)
@@ -139,10 +140,11 @@ func distinctKeysRun(b *testing.B, n int) {
 		f.Close()
 	}
 	hwm, rss := procStatus("VmHWM"), procStatus("VmRSS")
-	if got := a.tracked.Load(); got > DefaultMaxKeys {
-		b.Fatalf("tracked keys = %d, want at most %d", got, DefaultMaxKeys)
+	tracked := a.Overview().TrackedKeys
+	if tracked > state.DefaultMaxKeys {
+		b.Fatalf("tracked keys = %d, want at most %d", tracked, state.DefaultMaxKeys)
 	}
-	b.ReportMetric(float64(a.tracked.Load()), "tracked-keys")
+	b.ReportMetric(float64(tracked), "tracked-keys")
 	b.ReportMetric(float64(elapsed.Nanoseconds())/float64(n), "ns/key")
 	b.ReportMetric(float64(peakHeap)/(1<<20), "peak-heap-MB")
 	b.ReportMetric(float64(live)/(1<<20), "live-heap-MB")

@@ -1,9 +1,9 @@
-package collector
+package promexport
 
 import (
 	"time"
-	"unicode/utf8"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -31,7 +31,10 @@ const maxKeyLabelLen = 200
 // hotKeyOther is the key (and class) label of the remainder series.
 const hotKeyOther = "__other__"
 
-type metrics struct {
+// Metrics are every lockscope_ metric of the collector. They implement
+// state.Metrics, through which the state counts, and mirror the state's
+// gauges at each scrape (see Register).
+type Metrics struct {
 	acquisitions    *prometheus.CounterVec
 	contentions     *prometheus.CounterVec
 	failures        *prometheus.CounterVec
@@ -68,26 +71,17 @@ func durationHistogram(name, help string) *prometheus.HistogramVec {
 	}, []string{"class"})
 }
 
-// source is what the gauges mirroring the state read at each scrape.
-type source interface {
-	// ClassGauges returns every class's gauges now, sorted by class.
-	ClassGauges() []ClassGauge
-	// DeadlockCycles returns the cycles of the wait-for graph found by
-	// the last scan.
-	DeadlockCycles() int
-	// HotTop returns the top n keys of window by ranking, and the
-	// window's exact total of the ranked figure.
-	HotTop(window time.Duration, by Ranking, n int) ([]HotKey, int64)
-}
+var _ state.Metrics = (*Metrics)(nil)
 
-func newMetrics(a source) *metrics {
+// New returns the metrics, not yet registered.
+func New() *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
 	}
 	gauge := func(name, help string) prometheus.Gauge {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
 	}
-	m := &metrics{
+	m := &Metrics{
 		acquisitions: counter("acquisitions_total", "Locks obtained.", "class"),
 		contentions: counter("contentions_total",
 			"Acquisitions that needed more than one attempt, plus single tries refused because the lock was held.", "class"),
@@ -117,7 +111,7 @@ func newMetrics(a source) *metrics {
 		deadlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "deadlocks_detected_total",
 			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
 	}
-	m.state = &stateCollector{a: a,
+	m.state = &stateCollector{
 		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
 		waiters: prometheus.NewDesc(namespace+"_waiters",
 			"Callers waiting for a lock of the class now (from waiting events; a wait ends with its acquisition or failure, or at its deadline).",
@@ -132,13 +126,29 @@ func newMetrics(a source) *metrics {
 		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
 			"Unix time the oldest current hold began; absent while nothing of the class is held.", []string{"class"}, nil),
 	}
-	m.hot = &hotKeyCollector{a: a, desc: prometheus.NewDesc(namespace+"_hot_key_contentions",
+	m.hot = &hotKeyCollector{desc: prometheus.NewDesc(namespace+"_hot_key_contentions",
 		"Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.",
 		[]string{"class", "key"}, nil)}
 	return m
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
+// Register registers every metric with reg. The gauges that mirror the
+// state (held locks, waiters, stuck locks, hot keys, ...) read src at each
+// scrape: the state that counts into m.
+func (m *Metrics) Register(reg prometheus.Registerer, src State) error {
+	m.readFrom(src)
+	for _, c := range m.collectors() {
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readFrom makes the mirrored gauges read src.
+func (m *Metrics) readFrom(src State) { m.state.src, m.hot.src = src, src }
+
+func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
 		m.renewalFailures, m.forced, m.handoffs, m.events, m.malformed, m.dropped, m.streamGap,
@@ -146,9 +156,9 @@ func (m *metrics) collectors() []prometheus.Collector {
 	}
 }
 
-// Totals resolves the state-wide counters (see Metrics).
-func (m *metrics) Totals() Totals {
-	t := Totals{Malformed: m.malformed, Dropped: m.dropped, StreamGap: m.streamGap, Deadlocks: m.deadlocks,
+// Totals resolves the state-wide figures (see state.Metrics).
+func (m *Metrics) Totals() state.Totals {
+	t := state.Totals{Malformed: m.malformed, Dropped: m.dropped, StreamGap: m.streamGap, Deadlocks: m.deadlocks,
 		LastEvent: m.lastEvent, Lag: m.lag, Pending: m.pending}
 	for _, typ := range event.Types() {
 		t.Events[typ] = m.events.WithLabelValues(typ.String())
@@ -156,9 +166,9 @@ func (m *metrics) Totals() Totals {
 	return t
 }
 
-// Class resolves one class's children (see Metrics).
-func (m *metrics) Class(class string) ClassMetrics {
-	c := ClassMetrics{
+// Class resolves one class's children (see state.Metrics).
+func (m *Metrics) Class(class string) state.ClassMetrics {
+	c := state.ClassMetrics{
 		Acquisitions:    m.acquisitions.WithLabelValues(class),
 		Contentions:     m.contentions.WithLabelValues(class),
 		Wait:            m.wait.WithLabelValues(class),
@@ -168,101 +178,11 @@ func (m *metrics) Class(class string) ClassMetrics {
 		Forced:          m.forced.WithLabelValues(class),
 		Handoffs:        m.handoffs.WithLabelValues(class),
 	}
-	for i, r := range FailureReasons {
+	for i, r := range state.FailureReasons {
 		c.Failures[i] = m.failures.WithLabelValues(class, r)
 	}
-	for i, o := range ReleaseOutcomes {
+	for i, o := range state.ReleaseOutcomes {
 		c.Releases[i] = m.releases.WithLabelValues(class, o)
 	}
 	return c
-}
-
-// stateCollector exports the per-class gauges mirrored from the aggregator's
-// state. Collect holds the aggregator's lock for one pass over the classes
-// (at most MaxClasses plus rule classes): microseconds.
-type stateCollector struct {
-	a                                                          source
-	held, waiters, oldestWait, cycles, stuck, noExpiry, oldest *prometheus.Desc
-}
-
-func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.held
-	ch <- c.waiters
-	ch <- c.oldestWait
-	ch <- c.cycles
-	ch <- c.stuck
-	ch <- c.noExpiry
-	ch <- c.oldest
-}
-
-func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.GaugeValue, float64(c.a.DeadlockCycles()))
-	for _, g := range c.a.ClassGauges() {
-		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(g.Held), g.Class)
-		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(g.Waiters), g.Class)
-		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, float64(g.OldestWait)/1e9, g.Class)
-		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.Stuck), g.Class)
-		ch <- prometheus.MustNewConstMetric(c.noExpiry, prometheus.GaugeValue, float64(g.NoExpiry), g.Class)
-		if g.Held > 0 && !g.OldestHold.IsZero() {
-			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.OldestHold.UnixNano())/1e9, g.Class)
-		}
-	}
-}
-
-// hotKeyCollector exports the top contended keys of the last 5 minutes as
-// const metrics, so a key that leaves the top disappears at the next scrape.
-type hotKeyCollector struct {
-	a    source
-	desc *prometheus.Desc
-}
-
-func (c *hotKeyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
-
-func (c *hotKeyCollector) Collect(ch chan<- prometheus.Metric) {
-	top, total := c.a.HotTop(5*time.Minute, ByContentions, 10)
-	type label struct{ class, key string }
-	vals := make(map[label]float64, len(top))
-	order := make([]label, 0, len(top))
-	var sum int64
-	for _, h := range top {
-		// Distinct keys can share a label after sanitising; merge them
-		// rather than emit a duplicate series.
-		l := label{labelValue(h.Class), labelValue(h.Key)}
-		if _, ok := vals[l]; !ok {
-			order = append(order, l)
-		}
-		vals[l] += float64(h.Contentions)
-		sum += h.Contentions
-	}
-	for _, l := range order {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, vals[l], l.class, l.key)
-	}
-	rest := total - sum
-	if rest < 0 {
-		rest = 0 // the top figures are over-estimates
-	}
-	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(rest), hotKeyOther, hotKeyOther)
-}
-
-// labelValue makes s a valid, bounded label value without control
-// characters (an ESC in a key must not reach a terminal running
-// `curl /metrics`): they become '?'.
-func hasControl(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == 0x7f {
-			return true
-		}
-	}
-	return false
-}
-
-func labelValue(s string) string {
-	if len(s) <= maxKeyLabelLen && utf8.ValidString(s) && !hasControl(s) {
-		return s
-	}
-	b, n := appendSanitizedN(make([]byte, 0, maxKeyLabelLen+3), s, maxKeyLabelLen)
-	if n < len(s) {
-		b = append(b, "…"...)
-	}
-	return string(b)
 }

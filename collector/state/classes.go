@@ -1,4 +1,4 @@
-package collector
+package state
 
 import (
 	"unicode/utf8"
@@ -138,13 +138,16 @@ func truncateClass(dst []byte, start int) []byte {
 // appendSanitized appends s as valid UTF-8 without control characters, at
 // most max bytes (cut at a character boundary).
 func appendSanitized(dst []byte, s string, max int) []byte {
-	dst, _ = appendSanitizedN(dst, s, max)
+	dst, _ = AppendSanitized(dst, s, max)
 	return dst
 }
 
-// appendSanitizedN is appendSanitized that also returns how many bytes of s
-// it consumed.
-func appendSanitizedN(dst []byte, s string, max int) ([]byte, int) {
+// AppendSanitized appends s to dst as valid UTF-8 (invalid bytes become
+// U+FFFD) without control characters (they become '?'), at most max bytes
+// of it, cut at a character boundary, and returns how many bytes of s it
+// consumed. Class names follow this rule, which makes them label values;
+// the Prometheus export applies it to key labels.
+func AppendSanitized(dst []byte, s string, max int) ([]byte, int) {
 	if len(s) <= max && isPrintableASCII(s) {
 		// Most keys: nothing to replace, nothing to cut.
 		return append(dst, s...), len(s)

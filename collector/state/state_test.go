@@ -1,4 +1,4 @@
-package collector
+package state
 
 import (
 	"fmt"
@@ -12,14 +12,12 @@ import (
 	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/lockscope/lockscope/collector/internal/evtest"
 	"github.com/lockscope/lockscope/event"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	dto "github.com/prometheus/client_model/go"
 )
 
 func expirations(a *Aggregator, class string) float64 {
-	return testutil.ToFloat64(a.m.expirations.WithLabelValues(class))
+	return tallyOf(a).get("expirations", class)
 }
 
 func mustLock(t *testing.T, a *Aggregator, key string) KeyDetail {
@@ -141,7 +139,7 @@ func TestExpiredThenTakenOver(t *testing.T) {
 	if d := mustLock(t, a, "flap:1"); !d.Held || d.Owner != "B" {
 		t.Errorf("Lock(flap:1) held %v by %q, want held by B", d.Held, d.Owner)
 	}
-	if got := testutil.ToFloat64(a.m.handoffs.WithLabelValues("flap:*")); got != 1 {
+	if got := tallyOf(a).get("handoffs", "flap:*"); got != 1 {
 		t.Errorf("handoffs = %v, want 1", got)
 	}
 }
@@ -162,7 +160,7 @@ func TestReorderedHandoff(t *testing.T) {
 	if got := expirations(a, "ro:*"); got != 0 {
 		t.Errorf("expirations = %v, want 0", got)
 	}
-	if got := testutil.ToFloat64(a.m.releases.WithLabelValues("ro:*", "released")); got != 1 {
+	if got := tallyOf(a).get("releases_released", "ro:*"); got != 1 {
 		t.Errorf("releases{released} = %v, want 1", got)
 	}
 	d := mustLock(t, a, "ro:1")
@@ -220,18 +218,15 @@ func TestStuckDetection(t *testing.T) {
 	if diff := cmp.Diff([]string{"api:1", "batch:1", "api:2"}, keys); diff != "" {
 		t.Errorf("Stuck() at 11 m, longest held first (-want +got):\n%s", diff)
 	}
-	want := `
-# HELP lockscope_stuck_locks Locks held longer than their class's stuck threshold.
-# TYPE lockscope_stuck_locks gauge
-lockscope_stuck_locks{class="api:*"} 2
-lockscope_stuck_locks{class="batch:*"} 1
-# HELP lockscope_oldest_hold_start_timestamp_seconds Unix time the oldest current hold began; absent while nothing of the class is held.
-# TYPE lockscope_oldest_hold_start_timestamp_seconds gauge
-lockscope_oldest_hold_start_timestamp_seconds{class="api:*"} ` + fmtFloat(float64(aggT0.Unix())) + `
-lockscope_oldest_hold_start_timestamp_seconds{class="batch:*"} ` + fmtFloat(float64(aggT0.Unix())) + `
-`
-	if err := testutil.CollectAndCompare(a.m.state, strings.NewReader(want), "lockscope_stuck_locks", "lockscope_oldest_hold_start_timestamp_seconds"); err != nil {
-		t.Error(err)
+	// The gauges of the Prometheus export (lockscope_stuck_locks,
+	// lockscope_oldest_hold_start_timestamp_seconds).
+	var gauges []string
+	for _, g := range a.ClassGauges() {
+		gauges = append(gauges, fmt.Sprintf("%s stuck %d oldest %s", g.Class, g.Stuck, fmtFloat(float64(g.OldestHold.UnixNano())/1e9)))
+	}
+	t0 := fmtFloat(float64(aggT0.Unix()))
+	if diff := cmp.Diff([]string{"api:* stuck 2 oldest " + t0, "batch:* stuck 1 oldest " + t0}, gauges); diff != "" {
+		t.Errorf("ClassGauges() (-want +got):\n%s", diff)
 	}
 	if o := a.Overview(); o.Stuck != 3 || o.Held != 3 {
 		t.Errorf("Overview() stuck, held = %d, %d, want 3, 3", o.Stuck, o.Held)
@@ -279,7 +274,7 @@ func TestNotOwnerAndForced(t *testing.T) {
 	if d.Held || d.Hold.Count != 1 || d.Hold.Sum != 5*time.Second {
 		t.Errorf("Lock(f:1) held %v, hold %+v, want free with one 5s hold (the not_owner release adds none)", d.Held, d.Hold)
 	}
-	if got := testutil.ToFloat64(a.m.releases.WithLabelValues("f:*", event.ReasonNotOwner)); got != 1 {
+	if got := tallyOf(a).get("releases_"+event.ReasonNotOwner, "f:*"); got != 1 {
 		t.Errorf("releases{not_owner} = %v, want 1", got)
 	}
 	fr := a.ForcedReleases(0)
@@ -303,7 +298,7 @@ func TestHandoffs(t *testing.T) {
 		evs = append(evs, acquired("h:1", o, lease, at, 0, 1, time.Minute), ended(event.Released, "h:1", o, lease, at+time.Millisecond, time.Millisecond, ""))
 	}
 	a.Apply(evs)
-	if got := testutil.ToFloat64(a.m.handoffs.WithLabelValues("h:*")); got != 3 {
+	if got := tallyOf(a).get("handoffs", "h:*"); got != 3 {
 		t.Errorf("handoffs = %v, want 3", got)
 	}
 }
@@ -391,7 +386,7 @@ func TestLocksPaging(t *testing.T) {
 	var evs []event.Event
 	for i := range 120 {
 		key := fmt.Sprintf("p:%03d", i)
-		evs = append(evs, contend(key, i%7, time.Duration(i)*time.Millisecond, 0)...)
+		evs = append(evs, evtest.Contend(key, i%7, time.Duration(i)*time.Millisecond, 0)...)
 		evs = append(evs, acquired(key, "o", "l", 0, time.Duration(i)*time.Millisecond, 1, time.Minute))
 	}
 	a.Apply(evs)
@@ -547,9 +542,10 @@ func TestConcurrentQueries(t *testing.T) {
 					a.Classes()
 					a.Health()
 				case 7:
-					if _, err := testutil.CollectAndCount(collectorsOf(a)), error(nil); err != nil {
-						t.Error(err)
-					}
+					// What the Prometheus export reads at a scrape.
+					a.ClassGauges()
+					a.DeadlockCycles()
+					a.HotTop(5*time.Minute, ByContentions, 10)
 				}
 			}
 		}()
@@ -693,11 +689,7 @@ func TestRevivedHoldCountsOnce(t *testing.T) {
 	ms := time.Millisecond
 	holdCount := func(a *Aggregator, class string) uint64 {
 		t.Helper()
-		m := &dto.Metric{}
-		if err := a.m.hold.WithLabelValues(class).(prometheus.Histogram).Write(m); err != nil {
-			t.Fatal(err)
-		}
-		return m.GetHistogram().GetSampleCount()
+		return uint64(tallyOf(a).observed("hold", class))
 	}
 	for _, end := range []struct {
 		name string

@@ -1,0 +1,175 @@
+package collector
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The checkpoint: every live replica keeps, in CheckpointKey, the holders
+// older than the stream window a restarted replica replays, so that it
+// knows holders whose acquisition the stream no longer holds (see
+// rebuild.go).
+
+// Checkpoint tuning.
+const (
+	checkpointEvery  = 5 * time.Second
+	checkpointMinAge = 30 * time.Second // younger holders are in the replayed stream
+	checkpointMax    = 100_000          // holders kept (the oldest first)
+	checkpointTTL    = 24 * time.Hour
+	restoreBatch     = 1000 // lock keys checked per pipeline
+)
+
+// CheckpointKey is where replicas of stream keep their checkpoint.
+func CheckpointKey(stream string) string { return stream + ":checkpoint" }
+
+// checkpoint is what readCheckpoint found.
+type checkpoint struct {
+	at      time.Time
+	holders []event.Event
+}
+
+// writeCheckpoints keeps the checkpoint fresh until ctx ends.
+func (c *Feeder) writeCheckpoints(ctx context.Context) {
+	failed := false
+	every(ctx, c.ckptEvery, func() {
+		if c.agg.Health() != nil {
+			return
+		}
+		err := c.writeCheckpoint(ctx)
+		switch {
+		case err != nil && !failed:
+			c.log.Warn("could not write the checkpoint: a restarted replica will miss holders older than its replayed stream", "key", CheckpointKey(c.opt.Stream), "fix", remedy(err, "+set on the checkpoint key"), "err", err)
+			failed = true
+		case err == nil && failed:
+			c.log.Info("writing the checkpoint again")
+			failed = false
+		}
+	})
+}
+
+// writeCheckpoint stores the holders older than checkpointMinAge in one
+// string value (one SET: no DEL needed, nothing half-written):
+//
+//	lsck1|<unix ms>|{<uvarint n><uvarint len><packed batch of n events>}...
+//
+// with batches of at most event.MaxBatchEvents events.
+func (c *Feeder) writeCheckpoint(ctx context.Context) error {
+	now := c.opt.Now()
+	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
+	if n := c.opt.Partitions; n > 1 {
+		// Only this partition's keys: the others checkpoint their own.
+		hs = slices.DeleteFunc(hs, func(e event.Event) bool { return event.PartitionOf(e.Key, n) != c.opt.Partition })
+	}
+	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
+	for len(hs) > 0 {
+		part := hs[:min(len(hs), event.MaxBatchEvents)]
+		hs = hs[len(part):]
+		packed := event.Pack(part)
+		b = binary.AppendUvarint(b, uint64(len(part)))
+		b = binary.AppendUvarint(b, uint64(len(packed)))
+		b = append(b, packed...)
+	}
+	return c.rdb.Set(ctx, CheckpointKey(c.opt.Stream), b, checkpointTTL).Err()
+}
+
+const checkpointMagic = "lsck1|"
+
+// readCheckpoint returns the checkpoint, or nil when there is none.
+func (c *Feeder) readCheckpoint(ctx context.Context) (*checkpoint, error) {
+	s, err := c.rdb.Get(ctx, CheckpointKey(c.opt.Stream)).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseCheckpoint(s)
+}
+
+func parseCheckpoint(s string) (*checkpoint, error) {
+	rest, ok := strings.CutPrefix(s, checkpointMagic)
+	if !ok {
+		return nil, errors.New("checkpoint: unknown format")
+	}
+	at, rest, ok := strings.Cut(rest, "|")
+	atMS, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil {
+		return nil, errors.New("checkpoint malformed: time")
+	}
+	ck := &checkpoint{at: time.UnixMilli(atMS)}
+	for len(rest) > 0 {
+		n, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
+		if k <= 0 {
+			return nil, errors.New("checkpoint malformed: count")
+		}
+		rest = rest[k:]
+		l, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
+		if k <= 0 || l > uint64(len(rest)-k) || n > event.MaxBatchEvents || len(ck.holders)+int(n) > checkpointMax {
+			return nil, errors.New("checkpoint malformed: length")
+		}
+		rest = rest[k:]
+		if ck.holders, err = event.DecodeBatch(ck.holders, rest[:l], int(n)); err != nil {
+			return nil, fmt.Errorf("checkpoint malformed: %w", err)
+		}
+		rest = rest[l:]
+	}
+	return ck, nil
+}
+
+// verifyHolders checks the checkpoint's holders that began before start
+// against their keys now and returns the acquisitions to replay: a key gone
+// is dropped; a value written by the library gives the true holder; a
+// foreign value counts when it is still the value the holder was seen with.
+func (c *Feeder) verifyHolders(ctx context.Context, hs []event.Event, start int64, now time.Time) ([]event.Event, error) {
+	var out []event.Event
+	for len(hs) > 0 {
+		part := hs[:min(len(hs), restoreBatch)]
+		hs = hs[len(part):]
+		pipe := c.rdb.Pipeline()
+		gets := make([]*redis.StringCmd, len(part))
+		pttls := make([]*redis.DurationCmd, len(part))
+		for i := range part {
+			gets[i] = pipe.Get(ctx, part[i].Key)
+			pttls[i] = pipe.PTTL(ctx, part[i].Key)
+		}
+		_, _ = pipe.Exec(ctx)
+		for i := range part {
+			h := part[i]
+			value, err := gets[i].Result()
+			if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE") {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			pttl, err := pttls[i].Result()
+			if err != nil {
+				return nil, err
+			}
+			if v, err := lock.ParseValue(value); err == nil {
+				h.Owner, h.Lease, h.Fence, h.TS, h.Passive = v.Owner, v.Lease, v.Fence, v.Since.UnixNano(), false
+			} else if !h.Passive || lock.ForeignOwner(value) != h.Owner {
+				continue
+			}
+			if h.TS >= start || h.TS <= 0 {
+				continue // in the replayed stream
+			}
+			h.TTL = 0
+			if pttl > 0 {
+				h.TTL = now.Add(pttl).Sub(time.Unix(0, h.TS))
+			}
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,41 @@
+package dashboard
+
+import (
+	"time"
+
+	"github.com/lockscope/lockscope/collector/state"
+)
+
+// Querier is what the dashboard reads about the locks: the aggregation
+// state (*state.Aggregator) answers it. Every method is safe for
+// concurrent use, answers from memory and never waits on ingestion or on
+// Redis.
+type Querier interface {
+	// Overview returns the headline figures.
+	Overview() state.Overview
+	// HotKeys returns up to n keys ranked by contentions or by total wait
+	// within the last window (one of state.Windows).
+	HotKeys(window time.Duration, by state.Ranking, n int) []state.HotKey
+	// Locks returns one page of tracked keys matching q.
+	Locks(q state.LockQuery) state.LockPage
+	// Lock returns one tracked key's detail; ok is false if it is unknown.
+	Lock(key string) (detail state.KeyDetail, ok bool)
+	// Stuck returns the locks currently considered stuck, longest held first.
+	Stuck() []state.LockInfo
+	// Expirations returns the most recent expired-while-held locks, newest first.
+	Expirations(n int) []state.Expiration
+	// ForcedReleases returns the most recent forced releases, newest first.
+	ForcedReleases(n int) []state.ForcedRelease
+	// Blocking returns who waits on whom now, and the deadlocks.
+	Blocking() state.Blocking
+	// Deadlocks returns the deadlocks now (Blocking().Cycles), looking only
+	// at waiting calls that hold leases: cheap enough for every page.
+	Deadlocks() []state.Cycle
+	// Classes returns the known lock classes, sorted.
+	Classes() []string
+	// Health reports ingestion state: nil when the consumer group is
+	// reading, else why not (Redis unreachable, group missing, ...).
+	Health() error
+}
+
+var _ Querier = (*state.Aggregator)(nil)
