@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/internal/glob"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
@@ -328,7 +329,7 @@ func (w *nodeWatcher) handle(ctx context.Context, m *redis.Message) {
 // patternOf returns the index of the first pattern matching key, or -1.
 func (w *nodeWatcher) patternOf(key string) int {
 	for i, p := range w.patterns {
-		if globMatch(p, key) {
+		if glob.Match(p, key) {
 			return i
 		}
 	}

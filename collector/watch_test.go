@@ -284,65 +284,6 @@ func TestWatchMiniredisHasNoNotifications(t *testing.T) {
 	}
 }
 
-func TestGlobMatchAgreesWithRedis(t *testing.T) {
-	srv := redistest.Shared(t)
-	rdb := srv.Client(t)
-	ctx := context.Background()
-	prefix := redistest.KeyPrefix(t)
-	keys := []string{"", "a", "ab", "abc", "ax", "bx", "dx", "*x", "xx", "a\\", "[ab", "]x", "-x", "^x",
-		"aabbcc", "a\nb", "%?/", "<script>", "lock:1", "lock:1:2", "a]b", "caab"}
-	patterns := []string{"*", "a*", "*b", "a?c", "?", "[abc]x", "[^a]x", "[a-c]x", "[c-a]x", "\\*x", "a\\\\",
-		"[ab", "[a\\]]x", "**a**", "*a*b*c*", "[]x", "[-]x", "[^]x", "a\\", "lock:*", "lock:?", "*[b]", "c*a*b"}
-	for _, k := range keys {
-		if err := rdb.Set(ctx, prefix+k, "v", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, p := range patterns {
-		got, err := rdb.Keys(ctx, escapeGlob(prefix)+p).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var redisSays []string
-		for _, k := range got {
-			redisSays = append(redisSays, strings.TrimPrefix(k, prefix))
-		}
-		var weSay []string
-		for _, k := range keys {
-			if globMatch(escapeGlob(prefix)+p, prefix+k) {
-				weSay = append(weSay, k)
-			}
-		}
-		slices.Sort(redisSays)
-		slices.Sort(weSay)
-		if !slices.Equal(weSay, redisSays) {
-			t.Errorf("globMatch(%q) matches %q, Redis KEYS matches %q", p, weSay, redisSays)
-		}
-	}
-}
-
-func escapeGlob(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if strings.IndexByte(`*?[]\`, s[i]) >= 0 {
-			b.WriteByte('\\')
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func TestGlobMatchStaysLinear(t *testing.T) {
-	key := strings.Repeat("a", 10_000)
-	start := time.Now()
-	if globMatch("*a*a*a*a*a*a*a*a*a*a*b", key) {
-		t.Errorf("globMatch matched a key without b")
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("globMatch took %v on a 10 kB key", d)
-	}
-}
-
 func TestMissingFlags(t *testing.T) {
 	tests := []struct{ cur, need, want string }{
 		{"", "Ex", "Ex"},

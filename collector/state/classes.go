@@ -2,6 +2,8 @@ package state
 
 import (
 	"unicode/utf8"
+
+	"github.com/lockscope/lockscope/collector/internal/glob"
 )
 
 // Class names with a fixed meaning.
@@ -34,7 +36,7 @@ func compileRules(rules []ClassRule) []classRule {
 // ruleClass returns the class given by the first of rules that matches key.
 func ruleClass(key string, rules []classRule) (string, bool) {
 	for i := range rules {
-		if classGlob(rules[i].pattern, key) {
+		if glob.Match(rules[i].pattern, key) {
 			return rules[i].class, true
 		}
 	}
@@ -271,32 +273,4 @@ func isUUID(s string) bool {
 
 func isHex(c byte) bool {
 	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
-}
-
-// classGlob reports whether s matches pattern, byte by byte: '*' matches any
-// run of bytes, '?' one byte. It backtracks only to the last '*', so it runs
-// in O(len(pattern)*len(s)) at worst and without recursion.
-func classGlob(pattern, s string) bool {
-	p, i := 0, 0
-	star, mark := -1, 0
-	for i < len(s) {
-		switch {
-		case p < len(pattern) && (pattern[p] == '?' || (pattern[p] != '*' && pattern[p] == s[i])):
-			p++
-			i++
-		case p < len(pattern) && pattern[p] == '*':
-			star, mark = p, i
-			p++
-		case star >= 0:
-			p = star + 1
-			mark++
-			i = mark
-		default:
-			return false
-		}
-	}
-	for p < len(pattern) && pattern[p] == '*' {
-		p++
-	}
-	return p == len(pattern)
 }

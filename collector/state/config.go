@@ -3,8 +3,10 @@ package state
 import "time"
 
 // ClassRule maps keys matching Pattern to a lock class. Pattern is a glob
-// over the raw key bytes: '*' matches any run of bytes (including ':' and
-// '/'), '?' matches exactly one byte, every other byte matches itself.
+// over the raw key bytes in Redis's grammar, the one --watch patterns
+// follow: '*' matches any run of bytes (including ':' and '/'), '?' exactly
+// one byte, '[...]' one byte of a set (ranges, '^' negation), '\' escapes
+// the next byte; every other byte matches itself (collector/internal/glob).
 type ClassRule struct {
 	Pattern string
 	Class   string // "" means the pattern itself

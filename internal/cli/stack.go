@@ -45,7 +45,7 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.Duration(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, "a lock held longer than this counts as stuck")
 	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*")
 	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "take watched keys without a TTL for locks too (a redis-py Lock without timeout); by default they are plain values")
-	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS], tried in order before the default (numbers, UUIDs and hex ids become *)")
+	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS] (Redis globs, as --watch), tried in order before the default (numbers, UUIDs and hex ids become *)")
 	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", state.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
 	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", state.DefaultMaxKeys, "most keys the collector keeps state for")
 	f.Int(&c.memLimitMB, "memory-limit-mb", "LOCKSCOPE_MEMORY_LIMIT_MB", 0, "soft memory limit of the Go runtime in MiB (0: 64 + 1 per 1024 --max-keys, 259 by default; negative: none; GOMEMLIMIT wins)")
