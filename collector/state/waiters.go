@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,39 @@ const defaultWaitBound = 5 * time.Minute
 
 // maxWaiters bounds the waiters kept; past it new waits are not tracked.
 const maxWaiters = 100_000
+
+// LiveWaiters returns, per key, the callers waiting at now among evs: the
+// rule the Aggregator keeps its live waiters by, for a reader that has only
+// the stream's events (the operator command line). A waiting event begins a
+// wait, the same lease's acquired or failed event ends it, and a wait whose
+// end never came is dropped DefaultExpiryGrace past its deadline (the
+// caller's, or defaultWaitBound after it began). evs, from any number of
+// partitions, are sorted in place by time; times past now count as now.
+func LiveWaiters(evs []event.Event, now time.Time) map[string]int {
+	slices.SortStableFunc(evs, func(a, b event.Event) int { return cmp.Compare(a.TS, b.TS) })
+	var w waits
+	w.init()
+	at := now.UnixNano()
+	for i := range evs {
+		e := &evs[i]
+		switch e.Type {
+		case event.Waiting:
+			ts := e.TS
+			if ts <= 0 || ts > at {
+				ts = at
+			}
+			w.add(e, "", ts)
+		case event.Acquired, event.Failed:
+			w.end(e.Lease)
+		}
+	}
+	w.expire(at - int64(DefaultExpiryGrace))
+	out := make(map[string]int, len(w.byKey))
+	for key, list := range w.byKey {
+		out[key] = len(list)
+	}
+	return out
+}
 
 // waiter is one obtain call waiting for a lock.
 type waiter struct {

@@ -1,7 +1,9 @@
 package state
 
 import (
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,6 +29,72 @@ func TestDeadWaiterDropped(t *testing.T) {
 	agg.Tick()
 	if n := agg.Overview().Waiters; n != 0 {
 		t.Errorf("waiters past the deadline and its grace = %d, want 0: a dead waiter is a ghost", n)
+	}
+}
+
+// LiveWaiters, which the operator command line computes from the stream,
+// counts at every moment the waiters the Aggregator shows: ended by the
+// same lease's acquisition or failure, dropped a grace past their own
+// deadline or the default bound, lease-less waits ignored, whatever order
+// two partitions' events come in.
+func TestLiveWaitersAgreesWithTheAggregator(t *testing.T) {
+	waiting := func(key, lease string, at, wait time.Duration) event.Event {
+		e := ev(event.Waiting, key, "o-"+lease, lease, at)
+		e.Wait = wait
+		return e
+	}
+	s := time.Second
+	evs := []event.Event{
+		acquired("a", "H", "LH", 0, 0, 1, time.Hour),
+		waiting("a", "W1", s, 0),             // no deadline: the default bound
+		waiting("a", "W2", s, 3*s),           // gives up at 4 s, its end never comes
+		waiting("a", "W3", 2*s, time.Minute), // acquires at 20 s
+		waiting("b", "W4", 2*s, time.Minute), // fails at 30 s
+		waiting("b", "", 2*s, time.Minute),   // no lease: not tracked
+		acquired("a", "o-W3", "W3", 20*s, 18*s, 9, time.Minute),
+		failed("b", "o-W4", 30*s, 28*s, 14, event.ReasonTimeout),
+	}
+	evs[7].Lease = "W4"
+	byKey := func(a *Aggregator) map[string]int {
+		out := map[string]int{}
+		for _, k := range []string{"a", "b"} {
+			if n := mustLock(t, a, k).Waiters; n > 0 {
+				out[k] = n
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		at   time.Duration
+		want map[string]int
+	}{
+		{3 * s, map[string]int{"a": 3, "b": 1}},
+		{4500 * time.Millisecond, map[string]int{"a": 3, "b": 1}}, // W2 past its deadline, within the grace
+		{5500 * time.Millisecond, map[string]int{"a": 2, "b": 1}}, // W2 dropped
+		{25 * s, map[string]int{"a": 1, "b": 1}},                  // W3 acquired
+		{35 * s, map[string]int{"a": 1}},                          // W4 failed
+		{s + defaultWaitBound + 500*time.Millisecond, map[string]int{"a": 1}},
+		{s + defaultWaitBound + 1500*time.Millisecond, map[string]int{}}, // W1 past the bound and the grace
+	} {
+		agg, clk := newTestAggregator(t, Config{})
+		var applied []event.Event
+		for _, e := range evs {
+			if e.TS <= aggT0.Add(tc.at).UnixNano() {
+				clk.Set(time.Unix(0, e.TS)) // live: each event applied as it happens
+				agg.Apply([]event.Event{e})
+				applied = append(applied, e)
+			}
+		}
+		clk.Set(aggT0.Add(tc.at))
+		agg.Tick()
+		if got := byKey(agg); !maps.Equal(got, tc.want) {
+			t.Errorf("at %v: the Aggregator shows %v waiting, want %v", tc.at, got, tc.want)
+		}
+		// Two partitions: their events interleave in any order.
+		mixed := append(slices.Clone(applied[len(applied)/2:]), applied[:len(applied)/2]...)
+		if got := LiveWaiters(mixed, aggT0.Add(tc.at)); !maps.Equal(got, tc.want) {
+			t.Errorf("at %v: LiveWaiters = %v, want %v as the Aggregator shows", tc.at, got, tc.want)
+		}
 	}
 }
 

@@ -2,13 +2,11 @@ package cli
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/lockscope/lockscope/event"
 	"io"
 	"slices"
 	"strconv"
@@ -21,6 +19,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -274,9 +274,9 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 // invented): at 1 000 events/s, 20 000 events cover the last 20 seconds.
 const waitersScan = 20_000
 
-// liveWaiters counts, per key, the callers waiting now: waiting events among
-// the newest entries of the stream (each partition) whose wait has neither
-// ended (the same lease's acquired or failed event) nor passed its deadline.
+// liveWaiters counts, per key, the callers waiting now among the newest
+// entries of the stream (each partition), by the state's own rule
+// (state.LiveWaiters).
 func liveWaiters(ctx context.Context, rdb redis.UniversalClient, stream string, partitions int, now time.Time) (map[string]int, error) {
 	var evs []event.Event
 	for _, st := range event.Streams(stream, max(partitions, 1)) {
@@ -298,31 +298,7 @@ func liveWaiters(ctx context.Context, rdb redis.UniversalClient, stream string, 
 			end = "(" + msgs[len(msgs)-1].ID
 		}
 	}
-	slices.SortStableFunc(evs, func(a, b event.Event) int { return cmp.Compare(a.TS, b.TS) })
-	type wait struct {
-		key      string
-		deadline int64
-	}
-	live := make(map[string]wait)
-	for _, e := range evs {
-		switch e.Type {
-		case event.Waiting:
-			bound := e.Wait
-			if bound <= 0 || bound > 5*time.Minute {
-				bound = 5 * time.Minute
-			}
-			live[e.Lease] = wait{key: e.Key, deadline: e.TS + int64(bound)}
-		case event.Acquired, event.Failed:
-			delete(live, e.Lease)
-		}
-	}
-	out := make(map[string]int)
-	for _, w := range live {
-		if w.deadline > now.UnixNano() {
-			out[w.key]++
-		}
-	}
-	return out, nil
+	return state.LiveWaiters(evs, now), nil
 }
 
 // errStopScan ends scanStrings early.
