@@ -1,0 +1,232 @@
+package event
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// The cross-language golden files (testdata/golden): events.json lists
+// events both codecs must agree on; this test writes go.packed and
+// go.single.json (with -update) and decodes python.packed and
+// python.single.json, which the Python package's tests write
+// (clients/python/tests/test_golden.py) and which decode Go's files.
+
+var update = flag.Bool("update", false, "rewrite testdata/golden/go.* from events.json")
+
+const goldenDir = "testdata/golden"
+
+type goldenEvent struct {
+	Type     string `json:"type"`
+	Key      string `json:"key"`
+	KeyHex   string `json:"key_hex"`
+	Owner    string `json:"owner"`
+	Lease    string `json:"lease"`
+	TS       int64  `json:"ts"`
+	Wait     int64  `json:"wait"`
+	Hold     int64  `json:"hold"`
+	TTL      int64  `json:"ttl"` // ms
+	Attempts int    `json:"attempts"`
+	Fence    int64  `json:"fence"`
+	Reason   string `json:"reason"`
+	Count    int64  `json:"count"`
+	Holder   string `json:"holder"`
+	By       string `json:"by"`
+	Degraded bool   `json:"degraded"`
+	Passive  bool   `json:"passive"`
+}
+
+func goldenEvents(t *testing.T) []Event {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(goldenDir, "events.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Events []goldenEvent }
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("events.json: %v", err)
+	}
+	out := make([]Event, len(doc.Events))
+	for i, g := range doc.Events {
+		key := g.Key
+		if g.KeyHex != "" {
+			k, err := hex.DecodeString(g.KeyHex)
+			if err != nil {
+				t.Fatalf("events.json event %d: key_hex: %v", i, err)
+			}
+			key = string(k)
+		}
+		ty := ParseType(g.Type)
+		if !ty.Valid() {
+			t.Fatalf("events.json event %d: type %q", i, g.Type)
+		}
+		out[i] = Event{Type: ty, Key: key, Owner: g.Owner, Lease: g.Lease, TS: g.TS, Wait: time.Duration(g.Wait),
+			Hold: time.Duration(g.Hold), TTL: time.Duration(g.TTL) * time.Millisecond, Attempts: g.Attempts,
+			Fence: g.Fence, Reason: g.Reason, Count: g.Count, Holder: g.Holder, By: g.By,
+			Degraded: g.Degraded, Passive: g.Passive}
+	}
+	if len(out) < len(Types()) {
+		t.Fatalf("events.json has %d events, fewer than the %d types", len(out), len(Types()))
+	}
+	return out
+}
+
+// singleEntries is the JSON form of single-event entries: field/value pairs
+// in order, a value that is not UTF-8 as {"hex": ...}.
+type singleEntries [][][2]json.RawMessage
+
+func encodeSingles(events []Event) singleEntries {
+	out := make(singleEntries, len(events))
+	for i := range events {
+		f := AppendFields(nil, &events[i])
+		for j := 0; j < len(f); j += 2 {
+			name, _ := json.Marshal(f[j])
+			var v []byte
+			if utf8.ValidString(f[j+1]) {
+				v, _ = json.Marshal(f[j+1])
+			} else {
+				v, _ = json.Marshal(map[string]string{"hex": hex.EncodeToString([]byte(f[j+1]))})
+			}
+			out[i] = append(out[i], [2]json.RawMessage{name, v})
+		}
+	}
+	return out
+}
+
+func decodeSingles(t *testing.T, b []byte) []Event {
+	t.Helper()
+	var entries singleEntries
+	if err := json.Unmarshal(b, &entries); err != nil {
+		t.Fatal(err)
+	}
+	var out []Event
+	for i, pairs := range entries {
+		values := map[string]any{}
+		for _, p := range pairs {
+			var name string
+			if err := json.Unmarshal(p[0], &name); err != nil {
+				t.Fatalf("entry %d: %v", i, err)
+			}
+			var s string
+			if err := json.Unmarshal(p[1], &s); err != nil {
+				var h struct{ Hex string }
+				if err := json.Unmarshal(p[1], &h); err != nil {
+					t.Fatalf("entry %d field %s: %v", i, name, err)
+				}
+				b, err := hex.DecodeString(h.Hex)
+				if err != nil {
+					t.Fatalf("entry %d field %s: %v", i, name, err)
+				}
+				s = string(b)
+			}
+			values[name] = s
+		}
+		evs, err := Decode(values)
+		if err != nil {
+			t.Fatalf("Decode(entry %d) = %v", i, err)
+		}
+		out = append(out, evs...)
+	}
+	return out
+}
+
+func writeOrCompare(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join(goldenDir, name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./event -run Golden -update)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from what this build encodes: %d bytes, want %d (run go test ./event -run Golden -update if the change is meant)", name, len(got), len(want))
+	}
+}
+
+func TestGoldenGoEncoding(t *testing.T) {
+	events := goldenEvents(t)
+	writeOrCompare(t, "go.packed", Pack(events))
+	// One entry per line.
+	var js bytes.Buffer
+	js.WriteString("[\n")
+	for i, e := range encodeSingles(events) {
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			js.WriteString(",\n")
+		}
+		js.Write(b)
+	}
+	js.WriteString("\n]\n")
+	writeOrCompare(t, "go.single.json", js.Bytes())
+}
+
+// TestGoldenPartitions writes where partitioned streams put keys, which
+// the Python emitter must reproduce.
+func TestGoldenPartitions(t *testing.T) {
+	type placed struct {
+		KeyHex    string `json:"key_hex"`
+		N         int    `json:"n"`
+		Partition int    `json:"partition"`
+	}
+	var doc struct {
+		Streams map[int][]string `json:"streams"`
+		Keys    []placed         `json:"keys"`
+	}
+	doc.Streams = map[int][]string{}
+	for _, n := range []int{1, 2, 3, 16, 1024, 2000} {
+		doc.Streams[n] = Streams("lockscope:events", n)
+	}
+	for _, k := range []string{"", "workflow:123", "lock:payment:9f2c", "\xff\xfe", "cron:nightly"} {
+		for _, n := range []int{1, 3, 16, 1024} {
+			doc.Keys = append(doc.Keys, placed{hex.EncodeToString([]byte(k)), n, PartitionOf(k, n)})
+		}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeOrCompare(t, "go.partitions.json", append(b, '\n'))
+}
+
+// TestGoldenDecodesPython: the entries the Python package encoded decode to
+// the same events, and its packed bytes are Go's, byte for byte.
+func TestGoldenDecodesPython(t *testing.T) {
+	want := goldenEvents(t)
+	packed, err := os.ReadFile(filepath.Join(goldenDir, "python.packed"))
+	if err != nil {
+		t.Fatalf("%v (written by the Python tests: make test, or pytest in clients/python)", err)
+	}
+	got, err := Decode(map[string]any{"v": "1", "n": itoa(len(want)), "batch": string(packed)})
+	if err != nil {
+		t.Fatalf("Decode(python.packed) = %v", err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("python.packed decoded (-want +got):\n%s", d)
+	}
+	if !bytes.Equal(packed, Pack(want)) {
+		t.Errorf("python.packed is not what Pack writes for the same events")
+	}
+
+	singles, err := os.ReadFile(filepath.Join(goldenDir, "python.single.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, decodeSingles(t, singles)); d != "" {
+		t.Errorf("python.single.json decoded (-want +got):\n%s", d)
+	}
+}
