@@ -1,0 +1,318 @@
+package python
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// The real lockscope binary, built once for the package's tests and
+// removed by TestMain.
+var lockscopeBin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func buildLockscope(t testing.TB) string {
+	t.Helper()
+	b := &lockscopeBin
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "lockscope-python-"); b.err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(b.dir, "lockscope"), "github.com/lockscope/lockscope/cmd/lockscope").CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build ./cmd/lockscope: %v\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return filepath.Join(b.dir, "lockscope")
+}
+
+// serve is a running `lockscope serve`.
+type serve struct {
+	t      testing.TB
+	listen string
+}
+
+// startServe runs lockscope serve against redisURL until the test ends.
+func startServe(t testing.TB, redisURL string) *serve {
+	t.Helper()
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &serve{t: t, listen: "127.0.0.1:" + strconv.Itoa(port)}
+	cmd := exec.Command(buildLockscope(t), "serve", "--redis", redisURL, "--listen", s.listen, "--log-level", "warn")
+	var out strings.Builder
+	var mu sync.Mutex
+	cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
+	cmd.Stderr = cmd.Stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			mu.Lock()
+			t.Logf("lockscope serve output:\n%s", out.String())
+			mu.Unlock()
+		}
+	})
+	eventually(t, 30*time.Second, "lockscope serve to answer /readyz", func() bool {
+		select {
+		case <-done:
+			t.Fatalf("lockscope serve exited: %v", cmd.ProcessState)
+		default:
+		}
+		resp, err := http.Get(s.url("/readyz"))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	return s
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (s *serve) url(path string) string { return "http://" + s.listen + path }
+
+// get fetches path; JSON answers are decoded into v, others returned.
+func (s *serve) get(path string, v any) string {
+	s.t.Helper()
+	resp, err := http.Get(s.url(path))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		s.t.Fatalf("GET %s = %s: %s", path, resp.Status, b)
+	}
+	if v != nil {
+		if err := json.Unmarshal(b, v); err != nil {
+			s.t.Fatalf("GET %s: %v\n%s", path, err, b)
+		}
+	}
+	return string(b)
+}
+
+// metric sums the samples of a metric family on /metrics whose labels
+// include match.
+func (s *serve) metric(name string, match map[string]string) float64 {
+	s.t.Helper()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(s.get("/metrics", nil)))
+	if err != nil {
+		s.t.Fatalf("/metrics: %v", err)
+	}
+	var sum float64
+	f := fams[name]
+	if f == nil {
+		return 0
+	}
+next:
+	for _, m := range f.Metric {
+		labels := map[string]string{}
+		for _, l := range m.Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range match {
+			if labels[k] != v {
+				continue next
+			}
+		}
+		switch {
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		}
+	}
+	return sum
+}
+
+// lockDetail is what the tests read of GET /api/v1/locks/{key}.
+type lockDetail struct {
+	Class        string `json:"class"`
+	Held         bool   `json:"held"`
+	Owner        string `json:"owner"`
+	Lease        string `json:"lease"`
+	Acquisitions int64  `json:"acquisitions"`
+	Contentions  int64  `json:"contentions"`
+	Failures     int64  `json:"failures"`
+	Redis        *struct {
+		Owner   string `json:"owner"`
+		Lease   string `json:"lease"`
+		Foreign bool   `json:"foreign"`
+	} `json:"redis_holder"`
+	Recent []struct {
+		Type     string  `json:"type"`
+		Owner    string  `json:"owner"`
+		Lease    string  `json:"lease"`
+		Reason   string  `json:"reason"`
+		Holder   string  `json:"holder"`
+		Attempts int     `json:"attempts"`
+		TTL      float64 `json:"ttl_seconds"`
+	} `json:"recent"`
+	WaitersNow []waiterJSON `json:"waiters_now"`
+}
+
+type waiterJSON struct {
+	Owner  string   `json:"owner"`
+	Lease  string   `json:"lease"`
+	Holder string   `json:"holder_seen"`
+	Holds  []string `json:"holds_leases"`
+}
+
+func (s *serve) lock(key string) lockDetail {
+	s.t.Helper()
+	var d lockDetail
+	s.get("/api/v1/locks/"+url.PathEscape(key), &d)
+	return d
+}
+
+// recentSteps lists a key's recent events, oldest first, as "type owner"
+// (plus ":reason" and " holder" when set).
+func (d lockDetail) recentSteps() []string {
+	var out []string
+	for i := len(d.Recent) - 1; i >= 0; i-- {
+		e := d.Recent[i]
+		s := e.Type + " " + e.Owner
+		if e.Reason != "" {
+			s += ":" + e.Reason
+		}
+		if e.Holder != "" {
+			s += " <- " + e.Holder
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// eventually polls cond until it holds; the test fails after within.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("still waiting after %v for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// pyProc is a running Python process whose output lines are read as they
+// come.
+type pyProc struct {
+	cmd   *exec.Cmd
+	lines chan string
+	done  chan struct{}
+	mu    sync.Mutex
+	out   []string
+}
+
+func startPython(ctx context.Context, t testing.TB, args ...string) *pyProc {
+	t.Helper()
+	p := &pyProc{cmd: pythonCmd(ctx, t, args...), lines: make(chan string, 100), done: make(chan struct{})}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	p.cmd.Stderr = &stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out = append(p.out, sc.Text())
+			p.mu.Unlock()
+			p.lines <- sc.Text()
+		}
+		p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("python %v:\nstdout: %s\nstderr: %s", args, strings.Join(p.output(), "\n"), stderr.String())
+		}
+	})
+	return p
+}
+
+func (p *pyProc) output() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.out...)
+}
+
+// expect waits for a line starting with prefix and returns it.
+func (p *pyProc) expect(t testing.TB, prefix string, within time.Duration) string {
+	t.Helper()
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	for {
+		select {
+		case l := <-p.lines:
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-p.done:
+			t.Fatalf("python exited (%v) before printing %q", p.cmd.ProcessState, prefix)
+		case <-timer.C:
+			t.Fatalf("python printed no %q within %v", prefix, within)
+		}
+	}
+}
+
+// wait waits for the process to exit successfully.
+func (p *pyProc) wait(t testing.TB, within time.Duration) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("python did not exit within %v", within)
+	}
+	if !p.cmd.ProcessState.Success() {
+		t.Fatalf("python exited with %v", p.cmd.ProcessState)
+	}
+}
