@@ -16,8 +16,8 @@ import (
 
 // The cross-language golden files (testdata/golden): events.json lists
 // events both codecs must agree on; this test writes go.packed and
-// go.single.json (with -update) and decodes python.packed and
-// python.single.json, which the Python package's tests write
+// go.ext and go.single.json (with -update) and decodes python.packed,
+// python.ext and python.single.json, which the Python package's tests write
 // (clients/python/tests/test_golden.py) and which decode Go's files.
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/go.* from events.json")
@@ -42,6 +42,9 @@ type goldenEvent struct {
 	By       string `json:"by"`
 	Degraded bool   `json:"degraded"`
 	Passive  bool   `json:"passive"`
+	TraceID  string `json:"trace_id"`
+	SpanID   string `json:"span_id"`
+	Headroom int64  `json:"headroom"`
 }
 
 func goldenEvents(t *testing.T) []Event {
@@ -55,6 +58,7 @@ func goldenEvents(t *testing.T) []Event {
 		t.Fatalf("events.json: %v", err)
 	}
 	out := make([]Event, len(doc.Events))
+	var ok bool
 	for i, g := range doc.Events {
 		key := g.Key
 		if g.KeyHex != "" {
@@ -71,7 +75,17 @@ func goldenEvents(t *testing.T) []Event {
 		out[i] = Event{Type: ty, Key: key, Owner: g.Owner, Lease: g.Lease, TS: g.TS, Wait: time.Duration(g.Wait),
 			Hold: time.Duration(g.Hold), TTL: time.Duration(g.TTL) * time.Millisecond, Attempts: g.Attempts,
 			Fence: g.Fence, Reason: g.Reason, Count: g.Count, Holder: g.Holder, By: g.By,
-			Degraded: g.Degraded, Passive: g.Passive}
+			Degraded: g.Degraded, Passive: g.Passive, Headroom: time.Duration(g.Headroom)}
+		if g.TraceID != "" {
+			if out[i].TraceID, ok = ParseTraceID(g.TraceID); !ok {
+				t.Fatalf("events.json event %d: trace_id %q", i, g.TraceID)
+			}
+		}
+		if g.SpanID != "" {
+			if out[i].SpanID, ok = ParseSpanID(g.SpanID); !ok {
+				t.Fatalf("events.json event %d: span_id %q", i, g.SpanID)
+			}
+		}
 	}
 	if len(out) < len(Types()) {
 		t.Fatalf("events.json has %d events, fewer than the %d types", len(out), len(Types()))
@@ -157,7 +171,9 @@ func writeOrCompare(t *testing.T, name string, got []byte) {
 
 func TestGoldenGoEncoding(t *testing.T) {
 	events := goldenEvents(t)
-	writeOrCompare(t, "go.packed", Pack(events))
+	batch, ext := PackAll(events)
+	writeOrCompare(t, "go.packed", batch)
+	writeOrCompare(t, "go.ext", ext)
 	// One entry per line.
 	var js bytes.Buffer
 	js.WriteString("[\n")
@@ -204,22 +220,39 @@ func TestGoldenPartitions(t *testing.T) {
 }
 
 // TestGoldenDecodesPython: the entries the Python package encoded decode to
-// the same events, and its packed bytes are Go's, byte for byte.
+// the same events, and its packed bytes and extension are Go's, byte for
+// byte.
 func TestGoldenDecodesPython(t *testing.T) {
 	want := goldenEvents(t)
 	packed, err := os.ReadFile(filepath.Join(goldenDir, "python.packed"))
 	if err != nil {
 		t.Fatalf("%v (written by the Python tests: make test, or pytest in clients/python)", err)
 	}
-	got, err := Decode(map[string]any{"v": "1", "n": itoa(len(want)), "batch": string(packed)})
+	ext, err := os.ReadFile(filepath.Join(goldenDir, "python.ext"))
 	if err != nil {
-		t.Fatalf("Decode(python.packed) = %v", err)
+		t.Fatal(err)
+	}
+	got, err := Decode(map[string]any{"v": "1", "n": itoa(len(want)), "batch": string(packed), "x": string(ext)})
+	if err != nil {
+		t.Fatalf("Decode(python.packed, python.ext) = %v", err)
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("python.packed decoded (-want +got):\n%s", d)
+		t.Errorf("python.packed with python.ext decoded (-want +got):\n%s", d)
 	}
-	if !bytes.Equal(packed, Pack(want)) {
-		t.Errorf("python.packed is not what Pack writes for the same events")
+	if batch, x := PackAll(want); !bytes.Equal(packed, batch) || !bytes.Equal(ext, x) {
+		t.Errorf("python.packed and python.ext are not what PackAll writes for the same events")
+	}
+	// A collector without the extension reads the same events without
+	// their optional fields.
+	bare, err := DecodeBatch(nil, string(packed), len(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range bare {
+		bare[i].TraceID, bare[i].SpanID, bare[i].Headroom = want[i].TraceID, want[i].SpanID, want[i].Headroom
+	}
+	if d := cmp.Diff(want, bare); d != "" {
+		t.Errorf("python.packed without its extension (-want +got):\n%s", d)
 	}
 
 	singles, err := os.ReadFile(filepath.Join(goldenDir, "python.single.json"))

@@ -34,7 +34,11 @@ func goldenEvents(t *testing.T) []event.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := event.DecodeBatch(nil, string(packed), len(doc.Events))
+	ext, err := os.ReadFile(filepath.Join(dir, "go.ext"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, err := event.DecodeBatchExt(nil, string(packed), string(ext), len(doc.Events))
 	if err != nil {
 		t.Fatalf("go.packed: %v", err)
 	}
@@ -134,6 +138,12 @@ func TestPythonEventsDecodedByGo(t *testing.T) {
 	}
 	if got[1].TTL <= 14*time.Second || got[1].TTL > 15*time.Second {
 		t.Errorf("extend(5) renewal TTL = %v, want what was left plus 5s", got[1].TTL)
+	}
+	if h := lockEvents[1].Headroom; h <= 9*time.Second || h > 10*time.Second {
+		t.Errorf("extend(5) renewal headroom = %v, want the 10s TTL less a moment", h)
+	}
+	if h := lockEvents[2].Headroom; h <= 14*time.Second || h > 15*time.Second {
+		t.Errorf("reacquire renewal headroom = %v, want the 15s TTL less a moment", h)
 	}
 	if py.GoHolder != "go/holder" {
 		t.Errorf("Python named the Go holder %q, want go/holder", py.GoHolder)

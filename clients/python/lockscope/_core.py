@@ -119,10 +119,11 @@ class Core:
                                      wait=max(int(budget * 1e9), 0) if budget is not None else 0,
                                      attempts=1, holder=holder, reason=",".join(held_leases())))
 
-    def _ls_renewed(self, h, ttl_ms):
+    def _ls_renewed(self, h, ttl_ms, left_ms):
+        """Records a renewal that set ttl_ms when left_ms were left."""
         if h is not None and h.lease in _live:
             _live[h.lease] = _hold_until(ttl_ms)
-        self._ls_event(h, "renewed", ttl=ttl_ms)
+        self._ls_event(h, "renewed", ttl=ttl_ms, headroom=max(left_ms, 0) * 1_000_000)
 
     def _ls_event(self, h, type, **fields):
         if h is not None:
@@ -171,6 +172,20 @@ if ARGV[3] == "0" then
 end
 redis.call('pexpire', KEYS[1], newttl)
 return {newttl, expiration}
+"""
+
+
+# KEYS[1] lock name; ARGV[1] token, ARGV[2] milliseconds. redis-py's
+# reacquire script, also returning the TTL that was left: 0 if the token is
+# not the lock's, else {1, PTTL before}.
+LUA_REACQUIRE = """
+local token = redis.call('get', KEYS[1])
+if not token or token ~= ARGV[1] then
+    return 0
+end
+local left = redis.call('pttl', KEYS[1])
+redis.call('pexpire', KEYS[1], ARGV[2])
+return {1, left}
 """
 
 

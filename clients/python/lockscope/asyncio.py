@@ -21,6 +21,7 @@ class Lock(_core.Core, redis.asyncio.lock.Lock):
     """
 
     lockscope_lua_extend = None
+    lockscope_lua_reacquire = None
 
     def __init__(self, redis, name, timeout=None, sleep=0.1, blocking=True, blocking_timeout=None,
                  thread_local=True, owner=None, emitter=None, **kwargs):
@@ -34,6 +35,8 @@ class Lock(_core.Core, redis.asyncio.lock.Lock):
         cls = self.__class__
         if cls.lockscope_lua_extend is None:
             cls.lockscope_lua_extend = self.redis.register_script(_core.LUA_EXTEND)
+        if cls.lockscope_lua_reacquire is None:
+            cls.lockscope_lua_reacquire = self.redis.register_script(_core.LUA_REACQUIRE)
 
     def _encode(self, token):
         get = getattr(self.redis, "get_encoder", None) or self.redis.connection_pool.get_encoder
@@ -130,18 +133,19 @@ class Lock(_core.Core, redis.asyncio.lock.Lock):
         if not res:
             self._ls_end(h, "lost", ev.REASON_NOT_OWNER)
             raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
-        self._ls_renewed(h, int(res[0]))
+        self._ls_renewed(h, int(res[0]), int(res[1]))
         return True
 
     async def do_reacquire(self):
         h = self._ls_hold()
+        ttl = int(self.timeout * 1000)
         try:
-            ok = await super().do_reacquire()
-        except LockNotOwnedError:
-            self._ls_end(h, "lost", ev.REASON_NOT_OWNER)
-            raise
+            res = await self.lockscope_lua_reacquire(keys=[self.name], args=[self.local.token, ttl], client=self.redis)
         except Exception:
             self._ls_event(h, "renew_failed", reason=ev.REASON_ERROR)
             raise
-        self._ls_renewed(h, self._ls_ttl_ms())
-        return ok
+        if not res:
+            self._ls_end(h, "lost", ev.REASON_NOT_OWNER)
+            raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
+        self._ls_renewed(h, ttl, int(res[1]))
+        return True

@@ -59,12 +59,12 @@ class StreamSink:
                 parts[ev.partition_of(e.key, n)].append(e)
             entries = [(self.streams[p], e) for p in range(n) for e in ev.pack_entries(parts[p])]
         if len(entries) == 1:
-            stream, (count, batch) = entries[0]
-            self.client.xadd(stream, ev.packed_fields(count, batch), maxlen=self.maxlen, approximate=True)
+            stream, (count, batch, ext) = entries[0]
+            self.client.xadd(stream, ev.packed_fields(count, batch, ext), maxlen=self.maxlen, approximate=True)
             return
         pipe = self.client.pipeline(transaction=False)
-        for stream, (count, batch) in entries:
-            pipe.xadd(stream, ev.packed_fields(count, batch), maxlen=self.maxlen, approximate=True)
+        for stream, (count, batch, ext) in entries:
+            pipe.xadd(stream, ev.packed_fields(count, batch, ext), maxlen=self.maxlen, approximate=True)
         pipe.execute()
 
 

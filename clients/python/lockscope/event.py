@@ -68,6 +68,25 @@ def _text(b):
         return b
 
 
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def _id(v, n):
+    """Converts a trace (n=16) or span (n=8) id given as an int or hex str."""
+    if isinstance(v, int):
+        return v.to_bytes(n, "big") if 0 <= v < 1 << (8 * n) else b""
+    if isinstance(v, str):
+        if len(v) != 2 * n or not all(c in _HEX for c in v):
+            return b""
+        return bytes.fromhex(v)
+    return bytes(v) if v else b""
+
+
+def _valid(b, n):
+    """Returns b when it is a set id of n bytes, else b"" (W3C: all zeros is none)."""
+    return b if len(b) == n and any(b) else b""
+
+
 class Event:
     """One lock lifecycle step, in the wire's units.
 
@@ -77,11 +96,12 @@ class Event:
     """
 
     __slots__ = ("type", "key", "owner", "lease", "ts", "wait", "hold", "ttl",
-                 "attempts", "fence", "reason", "count", "holder", "by", "degraded", "passive")
+                 "attempts", "fence", "reason", "count", "holder", "by", "degraded", "passive",
+                 "trace_id", "span_id", "headroom")
 
     def __init__(self, type, key="", owner="", lease="", ts=0, wait=0, hold=0, ttl=0,
                  attempts=0, fence=0, reason="", count=0, holder="", by="",
-                 degraded=False, passive=False):
+                 degraded=False, passive=False, trace_id=b"", span_id=b"", headroom=0):
         self.type = type
         self.key = key
         self.owner = owner
@@ -98,10 +118,17 @@ class Event:
         self.by = by
         self.degraded = degraded
         self.passive = passive
+        # Optional fields (docs/events.md): the caller's OpenTelemetry trace
+        # and span ids (16 and 8 bytes; an int or hex str is converted; b""
+        # none) and, for renewed, the TTL left when it landed (ns).
+        self.trace_id = trace_id if isinstance(trace_id, bytes) else _id(trace_id, 16)
+        self.span_id = span_id if isinstance(span_id, bytes) else _id(span_id, 8)
+        self.headroom = headroom
 
     def _cmp(self):
         return (self.type,) + tuple(_b(getattr(self, f)) for f in _STRINGS) + (
-            self.ts,) + tuple(getattr(self, f) for f in _INTS) + (bool(self.degraded), bool(self.passive))
+            self.ts,) + tuple(getattr(self, f) for f in _INTS) + (bool(self.degraded), bool(self.passive)) + (
+            _valid(self.trace_id, 16), _valid(self.span_id, 8), self.headroom)
 
     def __eq__(self, other):
         return isinstance(other, Event) and self._cmp() == other._cmp()
@@ -113,6 +140,11 @@ class Event:
         parts = ["%s=%r" % (f, getattr(self, f)) for f in self.__slots__[1:]
                  if getattr(self, f) not in ("", b"", 0, False)]
         return "Event(%r%s)" % (self.type, "".join(", " + p for p in parts))
+
+    def has_ext(self):
+        """Reports whether e has optional fields, which a packed entry carries
+        in its extension."""
+        return bool(_valid(self.trace_id, 16) or _valid(self.span_id, 8) or self.headroom)
 
     def held_leases(self):
         """Returns the leases a waiting event's call holds (its reason)."""
@@ -161,6 +193,37 @@ def append_packed(out, e, prev_ts):
     _varint(out, e.count)
 
 
+def append_ext(out, i, e):
+    """Appends to the bytearray out the extension record of event i of a
+    batch, if e has optional fields (as Go's event.AppendExt)."""
+    items = bytearray()
+    t, sp = _valid(e.trace_id, 16), _valid(e.span_id, 8)
+    if t:
+        items += b"\x01\x10" + t
+    if sp:
+        items += b"\x02\x08" + sp
+    if e.headroom > 0:
+        v = bytearray()
+        _uvarint(v, e.headroom)
+        items.append(3)
+        items.append(len(v))
+        items += v
+    if items:
+        _uvarint(out, i)
+        _uvarint(out, len(items))
+        out += items
+
+
+def pack_ext(events):
+    """Returns the extension of a batch of events (b"" when none has
+    optional fields)."""
+    out = bytearray()
+    for i, e in enumerate(events):
+        if e.trace_id or e.span_id or e.headroom:
+            append_ext(out, i, e)
+    return bytes(out)
+
+
 def pack(events):
     """Returns the packed batch of events (bytes), as Go's event.Pack."""
     out = bytearray()
@@ -172,30 +235,40 @@ def pack(events):
 
 
 def pack_entries(events):
-    """Packs events into one or more entries, (n, batch) pairs, starting a new
-    entry only where a decoder's limits (MAX_BATCH_EVENTS, MAX_BATCH_BYTES)
-    require, as the Go StreamSink does."""
+    """Packs events into one or more entries, (n, batch, ext) triples,
+    starting a new entry only where a decoder's limits (MAX_BATCH_EVENTS,
+    MAX_BATCH_BYTES) require, as the Go StreamSink does. ext is the entry's
+    extension, b"" when no event has optional fields."""
     entries = []
-    out = bytearray()
+    out, x = bytearray(), bytearray()
     first = 0
     prev = 0
     for i, e in enumerate(events):
-        mark = len(out)
+        mark, xmark = len(out), len(x)
         append_packed(out, e, prev)
+        ext = e.trace_id or e.span_id or e.headroom
+        if ext:
+            append_ext(x, i - first, e)
         if i > first and (len(out) > MAX_BATCH_BYTES or i - first == MAX_BATCH_EVENTS):
-            entries.append((i - first, bytes(out[:mark])))
-            out = bytearray()
+            entries.append((i - first, bytes(out[:mark]), bytes(x[:xmark])))
+            out, x = bytearray(), bytearray()
             append_packed(out, e, 0)
+            if ext:
+                append_ext(x, 0, e)
             first = i
         prev = e.ts
     if events:
-        entries.append((len(events) - first, bytes(out)))
+        entries.append((len(events) - first, bytes(out), bytes(x)))
     return entries
 
 
-def packed_fields(n, batch):
-    """Returns the fields of a packed entry, ready for XADD."""
-    return {"v": "1", "n": str(n), "batch": batch}
+def packed_fields(n, batch, ext=b""):
+    """Returns the fields of a packed entry, ready for XADD; an empty
+    extension adds no field."""
+    f = {"v": "1", "n": str(n), "batch": batch}
+    if ext:
+        f["x"] = ext
+    return f
 
 
 def fields(e):
@@ -221,6 +294,13 @@ def fields(e):
         f["degraded"] = "1"
     if e.passive:
         f["passive"] = "1"
+    t, sp = _valid(e.trace_id, 16), _valid(e.span_id, 8)
+    if t:
+        f["trace_id"] = t.hex()
+    if sp:
+        f["span_id"] = sp.hex()
+    if e.headroom:
+        f["headroom"] = str(e.headroom)
     return f
 
 
@@ -259,6 +339,17 @@ class _Reader:
             x = ~x
         return x
 
+    def raw(self):
+        """A length-prefixed string of bytes, as bytes."""
+        n = self.uvarint()
+        if n > MAX_STRING_LEN:
+            raise DecodeError("string of %d bytes (max %d)" % (n, MAX_STRING_LEN))
+        if len(self.b) - self.i < n:
+            raise DecodeError("truncated")
+        s = bytes(self.b[self.i:self.i + n])
+        self.i += n
+        return s
+
     def str(self):
         n = self.uvarint()
         if n > MAX_STRING_LEN:
@@ -268,6 +359,39 @@ class _Reader:
         s = self.b[self.i:self.i + n]
         self.i += n
         return _text(bytes(s))
+
+
+def apply_ext(events, ext):
+    """Sets the optional fields of a batch's events from its extension;
+    raises DecodeError as Go's event.DecodeBatchExt rejects."""
+    r = _Reader(memoryview(_b(ext)))
+    nxt = 0
+    while r.i < len(r.b):
+        i = r.uvarint()
+        n = r.uvarint()
+        if i < nxt or i >= len(events):
+            raise DecodeError("extension: record out of order or beyond the batch")
+        if n > len(r.b) - r.i:
+            raise DecodeError("extension: truncated")
+        rec = _Reader(r.b[r.i:r.i + n])
+        r.i += n
+        nxt = i + 1
+        e = events[i]
+        while rec.i < len(rec.b):
+            tag = rec.uvarint()
+            v = rec.raw()
+            if tag == 1 and len(v) == 16:
+                e.trace_id = v
+            elif tag == 2 and len(v) == 8:
+                e.span_id = v
+            elif tag == 3:
+                x = _Reader(v)
+                try:
+                    h = x.uvarint()
+                except DecodeError:
+                    continue
+                if x.i == len(v) and h < 1 << 63:
+                    e.headroom = h
 
 
 def _wrap64(x):
@@ -334,7 +458,13 @@ def decode(entry):
         n = _int(f.get("n", b""), "n")
         if n < 0:
             raise DecodeError("bad batch count %d" % n)
-        return decode_batch(f["batch"], n)
+        ext = f.get("x", b"")
+        if len(ext) > MAX_BATCH_BYTES:
+            raise DecodeError("entry too large: extension of %d bytes" % len(ext))
+        events = decode_batch(f["batch"], n)
+        if ext:
+            apply_ext(events, ext)
+        return events
     if "type" not in f:
         raise DecodeError("no 'type' field")
     t = f["type"].decode("utf-8", "replace")
@@ -359,6 +489,13 @@ def decode(entry):
             setattr(e, name, x)
     e.degraded = f.get("degraded") in (b"1", b"true")
     e.passive = f.get("passive") in (b"1", b"true")
+    # Trace ids are advisory: one that does not parse is left out.
+    e.trace_id = _valid(_id(f.get("trace_id", b"").decode("ascii", "replace"), 16), 16)
+    e.span_id = _valid(_id(f.get("span_id", b"").decode("ascii", "replace"), 8), 8)
+    if "headroom" in f:
+        e.headroom = _int(f["headroom"], "headroom")
+        if e.headroom < 0:
+            raise DecodeError("field 'headroom': %d is not a non-negative duration" % e.headroom)
     if e.ts <= 0:
         raise DecodeError("missing or non-positive 'ts'")
     return [e]

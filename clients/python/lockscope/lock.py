@@ -34,6 +34,7 @@ class Lock(_core.Core, redis.lock.Lock):
     """
 
     lockscope_lua_extend = None
+    lockscope_lua_reacquire = None
 
     def __init__(self, redis, name, timeout=None, sleep=0.1, blocking=True, blocking_timeout=None,
                  thread_local=True, owner=None, emitter=None, **kwargs):
@@ -47,6 +48,8 @@ class Lock(_core.Core, redis.lock.Lock):
         cls = self.__class__
         if cls.lockscope_lua_extend is None:
             cls.lockscope_lua_extend = self.redis.register_script(_core.LUA_EXTEND)
+        if cls.lockscope_lua_reacquire is None:
+            cls.lockscope_lua_reacquire = self.redis.register_script(_core.LUA_REACQUIRE)
 
     def acquire(self, sleep=None, blocking=None, blocking_timeout=None, token=None):
         """As redis.lock.Lock.acquire (the same loop), reporting the wait."""
@@ -133,18 +136,19 @@ class Lock(_core.Core, redis.lock.Lock):
         if not res:
             self._ls_end(h, "lost", ev.REASON_NOT_OWNER)
             raise LockNotOwnedError("Cannot extend a lock that's no longer owned")
-        self._ls_renewed(h, int(res[0]))
+        self._ls_renewed(h, int(res[0]), int(res[1]))
         return True
 
     def do_reacquire(self):
         h = self._ls_hold()
+        ttl = int(self.timeout * 1000)
         try:
-            ok = super().do_reacquire()
-        except LockNotOwnedError:
-            self._ls_end(h, "lost", ev.REASON_NOT_OWNER)
-            raise
+            res = self.lockscope_lua_reacquire(keys=[self.name], args=[self.local.token, ttl], client=self.redis)
         except Exception:
             self._ls_event(h, "renew_failed", reason=ev.REASON_ERROR)
             raise
-        self._ls_renewed(h, self._ls_ttl_ms())
-        return ok
+        if not res:
+            self._ls_end(h, "lost", ev.REASON_NOT_OWNER)
+            raise LockNotOwnedError("Cannot reacquire a lock that's no longer owned")
+        self._ls_renewed(h, ttl, int(res[1]))
+        return True

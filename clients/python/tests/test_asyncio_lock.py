@@ -167,3 +167,4 @@ def test_renewals_and_loss(server, prefix, em):
         ("acquired", "o", ""), ("renewed", "o", ""), ("renewed", "o", ""), ("lost", "o", "not_owner"),
         ("acquired", "o2", ""), ("released", "o2", "not_owner")]
     assert 14_000 < got[1].ttl <= 15_000 and got[2].ttl == 10_000
+    assert 9e9 < got[1].headroom <= 10e9 and 14e9 < got[2].headroom <= 15e9

@@ -69,22 +69,54 @@ def write_or_compare(name, got):
 def test_python_encoding_is_golden():
     events = golden_events()
     write_or_compare("python.packed", ev.pack(events))
+    write_or_compare("python.ext", ev.pack_ext(events))
     write_or_compare("python.single.json", singles_json(events))
 
 
+def read(name):
+    with open(os.path.join(GOLDEN, name), "rb") as f:
+        return f.read()
+
+
 def test_packed_bytes_are_gos():
-    with open(os.path.join(GOLDEN, "go.packed"), "rb") as f:
-        go = f.read()
-    assert ev.pack(golden_events()) == go
+    events = golden_events()
+    assert ev.pack(events) == read("go.packed")
+    assert ev.pack_ext(events) == read("go.ext") != b""
+    (n, batch, ext), = ev.pack_entries(events)
+    assert (n, batch, ext) == (len(events), read("go.packed"), read("go.ext"))
 
 
 def test_decodes_go_packed():
     want = golden_events()
-    with open(os.path.join(GOLDEN, "go.packed"), "rb") as f:
-        batch = f.read()
-    got = ev.decode({b"v": b"1", b"n": str(len(want)).encode(), b"batch": batch})
+    got = ev.decode({b"v": b"1", b"n": str(len(want)).encode(), b"batch": read("go.packed"), b"x": read("go.ext")})
     assert got == want
     assert isinstance(got[3].key, bytes) and got[3].key == b"\xff\xfek"
+    assert got[0].trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736" and got[4].headroom == 19750000000
+    # Without the extension: the same events, without their optional fields.
+    bare = ev.decode({"v": "1", "n": str(len(want)), "batch": read("go.packed")})
+    assert [(e.trace_id, e.span_id, e.headroom) for e in bare] == [(b"", b"", 0)] * len(want)
+    for e, w in zip(bare, want):
+        e.trace_id, e.span_id, e.headroom = w.trace_id, w.span_id, w.headroom
+    assert bare == want
+
+
+def test_extension_rules_as_go():
+    base = [ev.Event("renewed", key="k", ts=1), ev.Event("renewed", key="k", ts=2)]
+    entry = lambda x: {"v": "1", "n": "2", "batch": ev.pack(base), "x": x}  # noqa: E731
+    # Unknown tags and known tags of another length are skipped.
+    got = ev.decode(entry(bytes([1, 12, 7, 2, 0xAB, 0xCD, 1, 3, 1, 2, 3, 3, 1, 5])))
+    assert (got[1].trace_id, got[1].headroom) == (b"", 5)
+    for bad in (bytes([2, 0]), bytes([1, 0, 0, 0]), bytes([0, 5, 1])):  # beyond, out of order, cut short
+        with pytest.raises(ev.DecodeError, match="extension"):
+            ev.decode(entry(bad))
+    # Bad trace ids in single entries are left out, the event kept.
+    f = ev.fields(ev.Event("acquired", key="k", ts=1))
+    got = ev.decode(dict(f, trace_id="00000000000000000000000000000000", span_id="xyz", headroom="7"))[0]
+    assert (got.trace_id, got.span_id, got.headroom) == (b"", b"", 7)
+    with pytest.raises(ev.DecodeError, match="headroom"):
+        ev.decode(dict(f, headroom="-1"))
+    assert ev.Event("renewed", trace_id=0x4bf92f3577b34da6a3ce929d0e0e4736).trace_id.hex() == \
+        "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
 def test_decodes_go_single_entries_field_for_field():
@@ -145,12 +177,19 @@ def test_docs_example_bytes():
 def test_pack_entries_splits_at_the_decoders_limits():
     events = [ev.Event("acquired", key="k%d" % i, ts=i + 1) for i in range(ev.MAX_BATCH_EVENTS + 5)]
     entries = ev.pack_entries(events)
-    assert [n for n, _ in entries] == [ev.MAX_BATCH_EVENTS, 5]
-    got = [e for n, b in entries for e in ev.decode(ev.packed_fields(n, b))]
+    assert [n for n, _, _ in entries] == [ev.MAX_BATCH_EVENTS, 5]
+    got = [e for n, b, x in entries for e in ev.decode(ev.packed_fields(n, b, x))]
+    assert got == events
+    # The extension splits with its batch; indexes restart in each entry.
+    events[0].headroom = 1
+    events[-1].trace_id = b"\x01" * 16
+    entries = ev.pack_entries(events)
+    assert [len(x) > 0 for _, _, x in entries] == [True, True]
+    got = [e for n, b, x in entries for e in ev.decode(ev.packed_fields(n, b, x))]
     assert got == events
     big = [ev.Event("released", key="x" * 60000, ts=1) for _ in range(150)]  # 9 MB
     entries = ev.pack_entries(big)
-    assert [n for n, _ in entries] == [139, 11] and all(len(b) <= ev.MAX_BATCH_BYTES for _, b in entries)
+    assert [n for n, _, _ in entries] == [139, 11] and all(len(b) <= ev.MAX_BATCH_BYTES for _, b, _ in entries)
 
 
 def test_partitions_match_go():

@@ -153,6 +153,8 @@ def test_extend_and_reacquire_are_renewals(r, prefix, em):
     assert len({e.lease for e in got}) == 1
     assert ttl_added <= got[1].ttl <= 15_000 and got[1].ttl > 14_000
     assert got[2].ttl == 2000 and got[3].ttl == 10_000
+    # headroom: what was left when each landed
+    assert 9e9 < got[1].headroom <= 10e9 and 14e9 < got[2].headroom <= 15e9 and 1e9 < got[3].headroom <= 2e9
 
 
 def test_extend_finding_the_lock_gone_is_lost(r, prefix, em):
