@@ -150,8 +150,8 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 		if diff := cmp.Diff(want, compact); diff != "" {
 			t.Errorf("%s's events, repeats folded (-want +got):\n%s", key, diff)
 		}
-		if renewals := len(steps) - len(without(steps, "renewed node-a")); renewals < 2 {
-			t.Errorf("%d renewals by node-a in 3 s, want one every 2 s or so; events %q", renewals, steps)
+		if renewals := len(steps) - len(without(steps, "renewed node-a")); renewals < 1 {
+			t.Errorf("no renewal by node-a in 3 s (one every 2 s); events %q", steps)
 		}
 	})
 }

@@ -81,9 +81,6 @@ func TestRefusedTryNamesTheHolder(t *testing.T) {
 	if d := cmp.Diff(want, rec.Steps()); d != "" {
 		t.Errorf("events (-want +got):\n%s", d)
 	}
-	if !strings.HasPrefix(want[0].Holder, "redislock ") {
-		t.Errorf("holder %q: a bare redislock holder is named by its library", want[0].Holder)
-	}
 }
 
 func TestWaitThenAcquire(t *testing.T) {
@@ -108,20 +105,40 @@ func TestWaitThenAcquire(t *testing.T) {
 	if len(got) != 4 {
 		t.Fatalf("events = %+v, want acquired, waiting, released, acquired", got)
 	}
+	// a's release and b's acquisition race to the recorder: compare each
+	// caller's own sequence.
+	var ga, gb []step
+	for _, s := range got {
+		if s.Owner == "worker-a" {
+			ga = append(ga, s)
+		} else {
+			gb = append(gb, s)
+		}
+	}
+	got = append(ga, gb...)
 	want := []step{
 		{Type: event.Acquired, Key: key, Owner: "worker-a", Lease: la.ID(), Attempts: 1},
-		{Type: event.Waiting, Key: key, Owner: "worker-b", Lease: lb.ID(), Holder: "worker-a", Attempts: 1},
 		{Type: event.Released, Key: key, Owner: "worker-a", Lease: la.ID()},
+		{Type: event.Waiting, Key: key, Owner: "worker-b", Lease: lb.ID(), Holder: "worker-a", Attempts: 1},
 		{Type: event.Acquired, Key: key, Owner: "worker-b", Lease: lb.ID(), Attempts: got[3].Attempts},
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("events (-want +got):\n%s", d)
 	}
-	if w := evs[1].Wait; w <= 4*time.Second || w > 5*time.Second {
-		t.Errorf("waiting budget = %v, want the context's 5s deadline", w)
+	var wait, acq event.Event
+	for _, e := range evs {
+		switch {
+		case e.Type == event.Waiting:
+			wait = e
+		case e.Type == event.Acquired && e.Owner == "worker-b":
+			acq = e
+		}
 	}
-	if got[3].Attempts < 5 || evs[3].Wait < 150*time.Millisecond {
-		t.Errorf("acquired after %d attempts, wait %v; want about 10 attempts over 200ms", got[3].Attempts, evs[3].Wait)
+	if w := wait.Wait; w <= 0 || w > 5*time.Second {
+		t.Errorf("waiting budget = %v, want what is left of the context's 5s", w)
+	}
+	if acq.Attempts < 2 || acq.Wait <= 0 {
+		t.Errorf("acquired after %d attempts, wait %v; want a retry and the wait", acq.Attempts, acq.Wait)
 	}
 }
 
@@ -141,11 +158,11 @@ func TestWaitWithoutDeadlineUsesRedislocksOwn(t *testing.T) {
 	if len(evs) != 2 || evs[0].Type != event.Waiting || evs[1].Type != event.Failed || evs[1].Reason != event.ReasonTimeout {
 		t.Fatalf("events = %+v, want waiting then failed (timeout)", rec.Steps())
 	}
-	if evs[0].Wait <= 250*time.Millisecond || evs[0].Wait > 300*time.Millisecond {
+	if evs[0].Wait != 300*time.Millisecond {
 		t.Errorf("waiting budget = %v, want redislock's 300ms", evs[0].Wait)
 	}
-	if evs[1].Attempts < 5 {
-		t.Errorf("failed after %d attempts, want about 15", evs[1].Attempts)
+	if evs[1].Attempts < 1 || evs[1].Wait < 300*time.Millisecond {
+		t.Errorf("failed after %d attempts and %v, want the whole 300ms", evs[1].Attempts, evs[1].Wait)
 	}
 }
 

@@ -85,12 +85,12 @@ def test_tasks_wait_each_with_their_own_held_leases(server, prefix, em):
             async with ly:
                 holds_y.set()
                 # waits on x, held by the main task, while holding y
-                lx = lockscope.asyncio.Lock(a, x, owner="task-b", emitter=em, sleep=0.01, blocking_timeout=0.2)
+                lx = lockscope.asyncio.Lock(a, x, owner="task-b", emitter=em, sleep=0.01, blocking_timeout=1)
                 assert not await lx.acquire()
 
         async def task_c():
             await holds_y.wait()
-            ly = lockscope.asyncio.Lock(a, y, owner="task-c", emitter=em, sleep=0.01, blocking_timeout=0.1)
+            ly = lockscope.asyncio.Lock(a, y, owner="task-c", emitter=em, sleep=0.01, blocking_timeout=0.3)
             assert not await ly.acquire()
 
         await asyncio.gather(asyncio.create_task(task_b()), asyncio.create_task(task_c()))
@@ -113,7 +113,8 @@ def test_cancelled_wait_is_failed_canceled(server, prefix, em):
         assert await asyncio.create_task(holder.acquire())
         waiter = lockscope.asyncio.Lock(a, key, owner="w", emitter=em, sleep=0.01)
         t = asyncio.create_task(waiter.acquire())
-        await asyncio.sleep(0.1)
+        while not [e for e in events(em) if e.type == "waiting"]:
+            await asyncio.sleep(0.01)
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t
@@ -134,7 +135,7 @@ def test_a_task_created_while_holding_holds_with_its_parent(server, prefix, em):
     async def body(a):
         parent = lockscope.asyncio.Lock(a, key, timeout=30, owner="parent", emitter=em)
         assert await parent.acquire()
-        child = lockscope.asyncio.Lock(a, key, owner="child", emitter=em, sleep=0.01, blocking_timeout=0.1)
+        child = lockscope.asyncio.Lock(a, key, owner="child", emitter=em, sleep=0.01, blocking_timeout=0.3)
         assert not await asyncio.create_task(child.acquire())
         await parent.release()
 

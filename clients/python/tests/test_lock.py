@@ -91,7 +91,7 @@ def test_wait_then_timeout(r, prefix, em):
     waiter = lockscope.Lock(r, key, timeout=30, owner="editor/bob", emitter=em, sleep=0.05, blocking_timeout=0.3)
     start = time.monotonic()
     assert waiter.acquire() is False
-    assert 0.2 <= time.monotonic() - start < 2
+    assert time.monotonic() - start >= 0.25  # gives up when the next try would pass 0.3 s
     got = events(em)[1:]
     assert strip(got, "owner", "holder", "reason") == [
         ("waiting", "editor/bob", "editor/alice", ""),
@@ -99,8 +99,8 @@ def test_wait_then_timeout(r, prefix, em):
     ]
     w, f = got
     assert w.lease == f.lease and w.lease != events(em)[0].lease
-    assert 0.2e9 < w.wait <= 0.3e9 and w.attempts == 1  # the most it will wait
-    assert f.attempts >= 3 and 0.2e9 < f.wait < 2e9
+    assert 0 < w.wait <= 0.3e9 and w.attempts == 1  # the most it will wait
+    assert f.attempts >= 2 and f.wait >= 0.25e9
 
 
 def test_wait_then_acquire(r, prefix, em):
@@ -112,7 +112,7 @@ def test_wait_then_acquire(r, prefix, em):
     got = [e for e in events(em) if e.owner == "b"]
     assert strip(got, "holder", "wait") [0] == ("waiting", "a", 0)  # no deadline
     assert got[1].type == "acquired" and got[1].lease == got[0].lease
-    assert got[1].attempts > 2 and got[1].wait >= 0.15e9
+    assert got[1].attempts >= 2 and got[1].wait > 0
     assert value.parse(r.get(key)).lease == got[1].lease
     waiter.release()
 
@@ -197,14 +197,14 @@ def test_waiting_lists_the_leases_this_thread_holds(r, prefix, em):
     held_elsewhere(lockscope.Lock(r, prefix + "account", timeout=30, owner="other", emitter=em, thread_local=False))
     with outer:
         inner = lockscope.Lock(r, prefix + "account", timeout=30, owner="svc", emitter=em, sleep=0.01,
-                               blocking_timeout=0.05)
+                               blocking_timeout=0.3)
         assert not inner.acquire()
         # Another thread holds nothing.
         t = threading.Thread(target=lambda: lockscope.Lock(r, prefix + "account", owner="t", emitter=em,
-                                                           sleep=0.01, blocking_timeout=0.05).acquire())
+                                                           sleep=0.01, blocking_timeout=0.3).acquire())
         t.start()
         t.join()
-    after = lockscope.Lock(r, prefix + "account", owner="svc", emitter=em, sleep=0.01, blocking_timeout=0.05)
+    after = lockscope.Lock(r, prefix + "account", owner="svc", emitter=em, sleep=0.01, blocking_timeout=0.3)
     assert not after.acquire()  # outer released: listed no more
     got = events(em)
     lease = [e for e in got if e.type == "acquired" and e.key == prefix + "ledger"][0].lease
