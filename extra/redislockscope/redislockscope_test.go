@@ -92,7 +92,8 @@ func TestWaitThenAcquire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(200*time.Millisecond, func() { la.Release(context.Background()) })
+	released := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { la.Release(context.Background()); close(released) })
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	lb, err := c.Obtain(wctx, key, time.Minute, &redislock.Options{RetryStrategy: redislock.LinearBackoff(20 * time.Millisecond)})
@@ -101,6 +102,7 @@ func TestWaitThenAcquire(t *testing.T) {
 	}
 	defer lb.Release(ctx)
 	evs := rec.Events()
+	<-released // its event recorded
 	got := rec.Steps()
 	if len(got) != 4 {
 		t.Fatalf("events = %+v, want acquired, waiting, released, acquired", got)

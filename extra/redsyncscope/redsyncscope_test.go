@@ -94,7 +94,8 @@ func TestWaitThenAcquire(t *testing.T) {
 	if err := ma.Lock(); err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(200*time.Millisecond, func() { ma.Unlock() })
+	released := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { ma.Unlock(); close(released) })
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	mb := rs.NewMutex(key, redsync.WithRetryDelay(20*time.Millisecond), redsync.WithTries(1000))
@@ -102,6 +103,7 @@ func TestWaitThenAcquire(t *testing.T) {
 		t.Fatalf("LockContext = %v", err)
 	}
 	defer mb.Unlock()
+	<-released // its event recorded
 	got := rec.Steps()
 	if len(got) != 4 {
 		t.Fatalf("events = %+v, want acquired, waiting, released, acquired", got)
