@@ -67,8 +67,15 @@ func (c *Feeder) writeCheckpoint(ctx context.Context) error {
 	now := c.opt.Now()
 	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
 	if n := c.opt.Partitions; n > 1 {
-		// Only this partition's keys: the others checkpoint their own.
-		hs = slices.DeleteFunc(hs, func(e event.Event) bool { return event.PartitionOf(e.Key, n) != c.opt.Partition })
+		// Only this partition's holders: the others checkpoint their own.
+		// Passive holds travel in the first partition, whatever their key.
+		hs = slices.DeleteFunc(hs, func(e event.Event) bool {
+			p := event.PartitionOf(e.Key, n)
+			if e.Passive {
+				p = 0
+			}
+			return p != c.opt.Partition
+		})
 	}
 	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
 	for len(hs) > 0 {
@@ -158,8 +165,10 @@ func (c *Feeder) verifyHolders(ctx context.Context, hs []event.Event, start int6
 			}
 			if v, err := lock.ParseValue(value); err == nil {
 				h.Owner, h.Lease, h.Fence, h.TS, h.Passive = v.Owner, v.Lease, v.Fence, v.Since.UnixNano(), false
-			} else if !h.Passive || lock.ForeignOwner(value) != h.Owner {
+			} else if !h.Passive || !sameHolder(h.Owner, value) {
 				continue
+			} else {
+				h.Owner = lock.ForeignOwner(value) // as the watcher names it now
 			}
 			if h.TS >= start || h.TS <= 0 {
 				continue // in the replayed stream

@@ -145,3 +145,27 @@ func (a *Aggregator) Holders(before time.Time, max int) []event.Event {
 	slices.SortFunc(out, func(x, y event.Event) int { return cmp.Compare(x.TS, y.TS) })
 	return out[:min(len(out), max)]
 }
+
+// PassiveHeld returns the holds seen by the passive watch (Passive) that
+// are held now, at most max of them: what a collector that takes over the
+// watch compares Redis with, so that a hold it finds keeps the since the
+// stream gave it.
+func (a *Aggregator) PassiveHeld(max int) []LockInfo {
+	now, clock := a.clocks()
+	var out []LockInfo
+	for i := range a.keys.shards {
+		sh := &a.keys.shards[i]
+		sh.mu.Lock()
+		sh.held.each(func(k *keyState) bool {
+			if k.passive {
+				out = append(out, infoLocked(k, now, clock, &a.waits))
+			}
+			return len(out) < max
+		})
+		sh.mu.Unlock()
+		if len(out) >= max {
+			break
+		}
+	}
+	return out
+}

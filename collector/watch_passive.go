@@ -1,0 +1,356 @@
+package collector
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/lockscope/lockscope/collector/internal/glob"
+	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/lock"
+	"github.com/redis/go-redis/v9"
+)
+
+// The passive watch of one Redis node, while this replica holds the watcher
+// lease (watch_lease.go). Keyspace channels of the Watch patterns tell what
+// happened to a watched key:
+//
+//	set (SET NX PX, SETNX)   read value and PTTL: a new holder is an acquisition
+//	expire (EXPIRE, PEXPIRE) the holder's TTL moved: a renewal (or the TTL of a SETNX)
+//	del                      a release
+//	expired, evicted         the TTL lapsed (or memory pressure took the key)
+//
+// Limits. Notifications are fire-and-forget: while the watcher is
+// disconnected it misses them, so it rescans the patterns (SCAN) at the start
+// of a term and after every reconnect and reconciles: new holders become
+// acquisitions, keys gone before their TTL releases, keys gone after it
+// expirations. A hold shorter than one round trip (value deleted before the
+// watcher reads it) is not seen. Values written by lockscope itself are
+// skipped: those locks report through the event stream.
+
+const renewSlack = 5 * time.Millisecond // PTTL is in whole milliseconds
+
+// seedSlack is how far a deadline the state computed (from another
+// replica's clock, a round trip after Redis set it) may lie from the one
+// read now and still be the same.
+const seedSlack = 250 * time.Millisecond
+
+type passiveWatcher struct {
+	c    *Feeder
+	t    *term
+	node watchNode
+
+	spacePrefix string         // __keyspace@<db>__:
+	patterns    []string       // user patterns, deduplicated, in order
+	chanIndex   map[string]int // keyspace channel pattern -> index in patterns
+
+	held      map[string]*passiveHold
+	fullShown bool
+}
+
+// passiveHold is a watched key's holder as last seen.
+type passiveHold struct {
+	value    string
+	since    time.Time
+	deadline deadline
+}
+
+func newPassiveWatcher(c *Feeder, t *term, n watchNode) *passiveWatcher {
+	w := &passiveWatcher{
+		c:           c,
+		t:           t,
+		node:        n,
+		spacePrefix: n.spacePrefix(),
+		chanIndex:   make(map[string]int),
+		held:        make(map[string]*passiveHold),
+	}
+	for _, p := range c.opt.Watch {
+		if _, dup := w.chanIndex[w.spacePrefix+p]; dup || p == "" {
+			continue
+		}
+		w.chanIndex[w.spacePrefix+p] = len(w.patterns)
+		w.patterns = append(w.patterns, p)
+	}
+	return w
+}
+
+// run follows the node's keyspace channels until ctx (the term's) ends.
+func (w *passiveWatcher) run(ctx context.Context) {
+	channels := make([]string, 0, len(w.patterns))
+	for _, p := range w.patterns {
+		channels = append(channels, w.spacePrefix+p)
+	}
+	w.c.follow(ctx, w.node.rdb, channels, func(ctx context.Context, first bool) {
+		// A restarted Redis forgot what CONFIG SET changed, and
+		// notifications were missed while away.
+		w.node.cfg.apply(ctx)
+		ok := w.resync(ctx, first)
+		if first {
+			w.t.rescanned(ok)
+		}
+		w.c.synced.Add(1)
+	}, w.handle)
+}
+
+func (w *passiveWatcher) handle(ctx context.Context, m *redis.Message) {
+	key, ok := strings.CutPrefix(m.Channel, w.spacePrefix)
+	if !ok {
+		return
+	}
+	// A key matching several patterns is announced once per pattern.
+	if i, ok := w.chanIndex[m.Pattern]; !ok || i != w.patternOf(key) {
+		return
+	}
+	switch m.Payload {
+	case "set", "expire", "persist":
+		w.observe(ctx, key)
+	case "del":
+		w.released(key)
+	case "expired", "evicted":
+		w.expired(key)
+	}
+}
+
+// patternOf returns the index of the first pattern matching key, or -1.
+func (w *passiveWatcher) patternOf(key string) int {
+	for i, p := range w.patterns {
+		if glob.Match(p, key) {
+			return i
+		}
+	}
+	return -1
+}
+
+// observe reads key's value and TTL after a notification.
+func (w *passiveWatcher) observe(ctx context.Context, key string) {
+	pipe := w.node.rdb.Pipeline()
+	get := pipe.Get(ctx, key)
+	pttl := pipe.PTTL(ctx, key)
+	sent := time.Now()
+	_, _ = pipe.Exec(ctx)
+	value, err := get.Result()
+	if err != nil {
+		// redis.Nil: gone already, its del or expired follows. WRONGTYPE:
+		// not a lock. Connection errors: the resync after reconnect
+		// catches up.
+		return
+	}
+	w.update(key, value, pttl.Val(), sent, false)
+}
+
+// isLock reports whether a watched key holding value with the given PTTL is
+// a lock of another library.
+func (w *passiveWatcher) isLock(key, value string, pttl time.Duration) bool {
+	// The library's own locks come through the stream; the collector's keys
+	// and fence counters are no locks; a key without a TTL is taken for a
+	// lock only when the user says so (WatchNoTTL).
+	return !own(value) && !w.c.internalKey(key) && (pttl >= 0 || w.c.opt.WatchNoTTL)
+}
+
+// update records key's current value and TTL (PTTL reply, read after sent)
+// and emits what changed: an acquisition, a renewal, or (resync: found by a
+// rescan, not seen acquired) a hold found. It reports whether key holds a
+// lock now.
+func (w *passiveWatcher) update(key, value string, pttl time.Duration, sent time.Time, resync bool) bool {
+	now := w.c.opt.Now()
+	if !w.isLock(key, value, pttl) {
+		// Was it a lock (PERSIST, or SET without expiry)? Its hold ended.
+		w.released(key)
+		return false
+	}
+	// Redis evaluated PTTL somewhere between sent and received: the
+	// deadline lies in [sent+pttl, received+pttl] by the local clock.
+	var ttl time.Duration
+	var dl deadline
+	if pttl > 0 {
+		ttl = pttl
+		dl = deadline{lo: sent.Add(pttl), hi: time.Now().Add(pttl)}
+	}
+	owner := lock.ForeignOwner(value)
+	if h := w.held[key]; h != nil && h.value == value {
+		moved := !h.deadline.same(dl)
+		h.deadline = dl
+		// SET NX PX raises "set" and "expire" together: the second one
+		// finds the deadline where the first left it.
+		if moved {
+			w.emit(event.Event{Type: event.Renewed, Key: key, Owner: owner, TTL: ttl, TS: now.UnixNano(), Passive: true})
+		}
+		return true
+	}
+	_, known := w.held[key]
+	if !known && len(w.held) >= maxPassive {
+		if !w.fullShown {
+			w.fullShown = true
+			w.c.log.Warn("passive watch: too many watched keys held at once; ignoring new ones (narrow the Watch patterns)", "max", maxPassive)
+		}
+		return false
+	}
+	w.held[key] = &passiveHold{value: value, since: now, deadline: dl}
+	if resync && !known {
+		// Found held by a scan, not seen acquired: held at least since
+		// now, or since when a checkpoint or the stream says it began
+		// (a renewal of an unknown hold takes the key without counting an
+		// acquisition; one of a known hold keeps its since).
+		w.emit(event.Event{Type: event.Renewed, Key: key, Owner: owner, TTL: ttl, TS: now.UnixNano(), Passive: true})
+		return true
+	}
+	w.emit(event.Event{Type: event.Acquired, Key: key, Owner: owner, TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true})
+	return true
+}
+
+// adopt takes over a hold the state knew at the start of the term (seeded
+// by the previous watcher's events), now that a rescan read key's value:
+// the same holder keeps its since; another one means the hold changed hands
+// while nobody watched.
+// It reports whether the hold was adopted; if not, it has been ended.
+func (w *passiveWatcher) adopt(key, value string, pttl time.Duration, s state.LockInfo) bool {
+	if !w.isLock(key, value, pttl) || !sameHolder(s.Owner, value) {
+		w.emit(endOf(s, w.c.opt.Now()))
+		return false
+	}
+	var dl deadline
+	if !s.ExpiresAt.IsZero() {
+		dl = deadline{lo: s.ExpiresAt.Add(-seedSlack), hi: s.ExpiresAt.Add(seedSlack)}
+	}
+	w.held[key] = &passiveHold{value: value, since: s.Since, deadline: dl}
+	return true
+}
+
+// deadline is when a watched key expires, known within [lo, hi] by the local
+// clock; zero when it has no TTL.
+type deadline struct{ lo, hi time.Time }
+
+// same reports whether two readings can be the same deadline.
+func (d deadline) same(e deadline) bool {
+	if d.lo.IsZero() || e.lo.IsZero() {
+		return d.lo.IsZero() == e.lo.IsZero()
+	}
+	return !e.lo.After(d.hi.Add(renewSlack)) && !e.hi.Before(d.lo.Add(-renewSlack))
+}
+
+// passed reports whether the deadline has certainly passed at now.
+func (d deadline) passed(now time.Time) bool { return !d.lo.IsZero() && now.After(d.hi) }
+
+func (w *passiveWatcher) released(key string) {
+	h := w.held[key]
+	if h == nil {
+		return
+	}
+	delete(w.held, key)
+	now := w.c.opt.Now()
+	w.emit(event.Event{Type: event.Released, Key: key, Owner: lock.ForeignOwner(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
+}
+
+func (w *passiveWatcher) expired(key string) {
+	h := w.held[key]
+	if h == nil {
+		return
+	}
+	delete(w.held, key)
+	now := w.c.opt.Now()
+	w.emit(event.Event{Type: event.Expired, Key: key, Owner: lock.ForeignOwner(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
+}
+
+func (w *passiveWatcher) emit(e event.Event) { w.t.out.add(e) }
+
+// internalKey reports whether key is one of lockscope's own keys (the
+// stream, its checkpoint, presence and watcher keys, the fence counters):
+// never a lock, whatever a wide watch pattern matches.
+func (c *Feeder) internalKey(key string) bool {
+	return key == c.opt.Stream || strings.HasPrefix(key, c.opt.Stream+":") || strings.HasPrefix(key, lock.FencePrefix)
+}
+
+// resync reconciles the watched holds with a SCAN of the patterns; the
+// first of a term also adopts the holds the state knew. It reports whether
+// the scan completed.
+func (w *passiveWatcher) resync(ctx context.Context, first bool) bool {
+	if len(w.patterns) == 0 {
+		return true
+	}
+	seen := make(map[string]bool)
+	var keys []string
+	for i, p := range w.patterns {
+		iter := w.node.rdb.Scan(ctx, 0, p, 1000).Iterator()
+		for iter.Next(ctx) {
+			if k := iter.Val(); w.patternOf(k) == i && !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
+				if len(keys) == scanBatch {
+					if w.syncKeys(ctx, keys, first) != nil {
+						return false
+					}
+					keys = keys[:0]
+				}
+			}
+		}
+		if err := iter.Err(); err != nil {
+			// Without the full picture, vanished keys cannot be told.
+			w.c.log.Warn("passive watch: rescan failed; retried at the next reconnect", "pattern", p, "err", err)
+			return false
+		}
+	}
+	if w.syncKeys(ctx, keys, first) != nil {
+		return false
+	}
+	for key, h := range w.held {
+		if seen[key] {
+			continue
+		}
+		if h.deadline.passed(time.Now()) {
+			w.expired(key)
+		} else {
+			w.released(key)
+		}
+	}
+	return true
+}
+
+// syncKeys reads the keys' values and TTLs in one round trip.
+func (w *passiveWatcher) syncKeys(ctx context.Context, keys []string, first bool) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := w.node.rdb.Pipeline()
+	sent := time.Now()
+	gets := make([]*redis.StringCmd, len(keys))
+	ttls := make([]*redis.DurationCmd, len(keys))
+	for i, k := range keys {
+		gets[i] = pipe.Get(ctx, k)
+		ttls[i] = pipe.PTTL(ctx, k)
+	}
+	_, err := pipe.Exec(ctx)
+	var rerr redis.Error
+	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &rerr) {
+		w.c.log.Warn("passive watch: rescan failed; retried at the next reconnect", "err", err)
+		return err
+	}
+	for i, k := range keys {
+		v, err := gets[i].Result()
+		found := true // a hold found by the rescan, not seen acquired
+		if first {
+			if s, ok := w.t.seed(k); ok {
+				if err != nil {
+					w.emit(endOf(s, w.c.opt.Now())) // no longer a string value
+					continue
+				}
+				// Another holder than the state's took it meanwhile: an
+				// acquisition.
+				found = w.adopt(k, v, ttls[i].Val(), s)
+			}
+		}
+		if err != nil {
+			continue // deleted since SCAN, or not a string: its notification tells
+		}
+		w.update(k, v, ttls[i].Val(), sent, found)
+	}
+	return nil
+}
+
+// own reports whether a value was written by the lockscope library, whose
+// locks report through the event stream.
+func own(value string) bool {
+	_, err := lock.ParseValue(value)
+	return err == nil
+}

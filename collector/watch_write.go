@@ -1,0 +1,166 @@
+package collector
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed passive_write.lua
+var passiveWriteLua string
+
+var passiveWriteScript = redis.NewScript(passiveWriteLua)
+
+// Writing the passive watch's events: the watcher's sessions add events, and
+// one goroutine appends them to the stream in packed entries, in order, each
+// with the script above, so that only the lease's current holder writes.
+const (
+	passiveMaxLen   = 1_000_000 // MAXLEN ~ of the stream, as the library's emitter trims it
+	passiveBatch    = 512       // events per entry
+	passiveBuffered = 100_000   // events kept while Redis does not answer; the next rescan catches up on the rest
+	finalFlush      = time.Second
+)
+
+// errFenced: a watcher with a higher fence has written; this one lost the
+// lease.
+var errFenced = errors.New("collector: a newer watcher holds the lease")
+
+// passiveWriter appends one term's passive events to the stream.
+type passiveWriter struct {
+	c        *Feeder
+	fence    string
+	keys     []string
+	resign   context.CancelFunc // ends the term when the fence is refused
+	mu       sync.Mutex
+	buf      []event.Event
+	dropped  int
+	wake     chan struct{}
+	failing  string
+	failedAt time.Time
+}
+
+func newPassiveWriter(c *Feeder, fence int64, resign context.CancelFunc) *passiveWriter {
+	return &passiveWriter{
+		c:      c,
+		fence:  strconv.FormatInt(fence, 10),
+		keys:   []string{watcherFenceKey(c.opt.Stream), c.opt.Stream},
+		resign: resign,
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+// add queues e for the stream.
+func (p *passiveWriter) add(e event.Event) {
+	if len(e.Key) > event.MaxStringLen {
+		return // no decoder would take it
+	}
+	p.mu.Lock()
+	if len(p.buf) >= passiveBuffered {
+		p.dropped++
+	} else {
+		p.buf = append(p.buf, e)
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// claim raises the watcher fence to this term's: from now on no earlier
+// holder of the lease writes.
+func (p *passiveWriter) claim(ctx context.Context) error {
+	return p.write(ctx, nil)
+}
+
+// run writes what is added until ctx ends, then what is left, briefly: the
+// script refuses it if a successor has written meanwhile.
+func (p *passiveWriter) run(ctx context.Context) {
+	var bo backoff
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalFlush)
+			p.flush(fctx)
+			cancel()
+			return
+		case <-p.wake:
+		}
+		for ctx.Err() == nil {
+			err := p.flush(ctx)
+			if err == nil {
+				bo.reset()
+				break
+			}
+			if errors.Is(err, errFenced) {
+				p.resign()
+				return
+			}
+			p.report(err)
+			if !sleep(ctx, bo.next()) {
+				break
+			}
+		}
+	}
+}
+
+// flush writes the events queued so far; on failure they stay queued.
+func (p *passiveWriter) flush(ctx context.Context) error {
+	p.mu.Lock()
+	evs := p.buf
+	p.buf = nil
+	dropped := p.dropped
+	p.dropped = 0
+	p.mu.Unlock()
+	if dropped > 0 {
+		p.c.log.Warn("passive watch: Redis did not take the watcher's events for too long; dropped the oldest (the next rescan catches up)", "dropped", dropped)
+	}
+	for len(evs) > 0 {
+		n, size := 0, 0
+		for n < len(evs) && n < passiveBatch && size < event.MaxBatchBytes/2 {
+			size += len(evs[n].Key) + len(evs[n].Owner) + 64
+			n++
+		}
+		if err := p.write(ctx, evs[:n]); err != nil {
+			p.mu.Lock()
+			p.buf = append(evs, p.buf...)
+			p.mu.Unlock()
+			return err
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+// write appends evs as one packed entry (none: only raises the fence).
+func (p *passiveWriter) write(ctx context.Context, evs []event.Event) error {
+	args := []any{p.fence, passiveMaxLen}
+	if len(evs) > 0 {
+		batch, ext := event.PackAll(evs)
+		args = append(args, event.PackedEntry(len(evs), batch, ext)...)
+	}
+	n, err := passiveWriteScript.Run(ctx, p.c.rdb, p.keys, args...).Int()
+	switch {
+	case err != nil:
+		return err
+	case n < 0:
+		return errFenced
+	}
+	return nil
+}
+
+// report logs a failed write: again only when the error changes, or every
+// 30 s.
+func (p *passiveWriter) report(err error) {
+	if msg := err.Error(); msg != p.failing || time.Since(p.failedAt) >= 30*time.Second {
+		p.failing, p.failedAt = msg, time.Now()
+		p.c.log.Warn("passive watch: cannot write the watcher's events to the stream; retrying",
+			"fix", remedy(err, "the passive watch's permissions (docs/acl.md)"), "err", err)
+	}
+}
