@@ -10,12 +10,14 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +38,9 @@ type Options struct {
 	Args []string
 	// Port is the port to listen on; 0 picks a free one.
 	Port int
+	// TLS, when set, makes the server speak TLS only (on Port) and require
+	// a client certificate signed by TLS.CACert.
+	TLS *TLSFiles
 }
 
 // Server is one redis-server process on 127.0.0.1.
@@ -124,14 +129,19 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
 // Port returns the TCP port.
 func (s *Server) Port() int { return s.port }
 
-// URL returns a redis:// URL for the server.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+// URL returns a redis:// URL for the server (rediss:// with TLS).
+func (s *Server) URL() string {
+	if s.opts.TLS != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
 
 // Client returns a new go-redis client for the server, closed at the end of
 // the test.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.clientTLS()})
 	tb.Cleanup(func() { c.Close() })
 	return c
 }
@@ -144,8 +154,11 @@ func (s *Server) args() []string {
 	case "none":
 		notify = ""
 	}
-	a := []string{
-		"--port", strconv.Itoa(s.port),
+	a := []string{"--port", strconv.Itoa(s.port)}
+	if s.opts.TLS != nil {
+		a = s.opts.TLS.serverArgs(s.port, slices.Contains(s.opts.Args, "--cluster-enabled"))
+	}
+	a = append(a,
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
@@ -153,7 +166,7 @@ func (s *Server) args() []string {
 		"--notify-keyspace-events", notify,
 		"--loglevel", "warning",
 		"--logfile", filepath.Join(s.dir, "redis.log"),
-	}
+	)
 	return append(a, s.opts.Args...)
 }
 
@@ -175,7 +188,7 @@ func (s *Server) Start() error {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	if err := waitReady(s.Addr(), done, 10*time.Second); err != nil {
+	if err := waitReady(s.Addr(), s.clientTLS(), done, 10*time.Second); err != nil {
 		cmd.Process.Kill()
 		<-done
 		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
@@ -210,7 +223,15 @@ func (s *Server) Close() {
 	os.RemoveAll(s.dir)
 }
 
-func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error {
+// clientTLS is what a client needs to reach the server: nil without TLS.
+func (s *Server) clientTLS() *tls.Config {
+	if s.opts.TLS == nil {
+		return nil
+	}
+	return s.opts.TLS.ClientConfig()
+}
+
+func waitReady(addr string, tlsConfig *tls.Config, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		select {
@@ -218,7 +239,7 @@ func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error
 			return errors.New("exited during start-up")
 		default:
 		}
-		if ping(addr) == nil {
+		if ping(addr, tlsConfig) == nil {
 			return nil
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -226,8 +247,14 @@ func waitReady(addr string, exited <-chan struct{}, timeout time.Duration) error
 	return fmt.Errorf("not answering PING after %v", timeout)
 }
 
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
+func ping(addr string, tlsConfig *tls.Config) error {
+	var c net.Conn
+	var err error
+	if tlsConfig != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, tlsConfig)
+	} else {
+		c, err = net.DialTimeout("tcp", addr, time.Second)
+	}
 	if err != nil {
 		return err
 	}
@@ -264,12 +291,21 @@ func KeyPrefix(tb testing.TB) string {
 // Cluster is a 3-master Redis Cluster on loopback, no replicas.
 type Cluster struct {
 	Nodes []*Server
+	tls   *TLSFiles
 }
 
 // StartCluster starts a 3-master cluster, closed at the end of the test.
 func StartCluster(tb testing.TB) *Cluster {
 	tb.Helper()
-	c, err := NewCluster()
+	return StartClusterWith(tb, Options{})
+}
+
+// StartClusterWith starts a 3-master cluster whose nodes have opts (Args are
+// added to the Cluster's own; Port is ignored), closed at the end of the
+// test. With opts.TLS, clients and the Cluster bus speak TLS.
+func StartClusterWith(tb testing.TB, opts Options) *Cluster {
+	tb.Helper()
+	c, err := newCluster(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -278,18 +314,23 @@ func StartCluster(tb testing.TB) *Cluster {
 }
 
 // NewCluster starts a 3-master cluster. The caller must Close it.
-func NewCluster() (*Cluster, error) {
-	c := &Cluster{}
+func NewCluster() (*Cluster, error) { return newCluster(Options{}) }
+
+func newCluster(opts Options) (*Cluster, error) {
+	c := &Cluster{tls: opts.TLS}
 	for i := 0; i < 3; i++ {
 		port, err := freeClusterPort()
 		if err != nil {
 			c.Close()
 			return nil, err
 		}
-		s, err := New(Options{Port: port, Args: []string{
+		node := opts
+		node.Port = port
+		node.Args = append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-node-timeout", "5000",
-		}})
+		}, opts.Args...)
+		s, err := New(node)
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -334,7 +375,7 @@ func (c *Cluster) form() error {
 		}
 	}()
 	for i, n := range c.Nodes {
-		cl := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		cl := redis.NewClient(&redis.Options{Addr: n.Addr(), TLSConfig: n.clientTLS()})
 		clients = append(clients, cl)
 		lo, hi := i*slots/len(c.Nodes), (i+1)*slots/len(c.Nodes)-1
 		if err := cl.ClusterAddSlotsRange(ctx, lo, hi).Err(); err != nil {
@@ -378,7 +419,11 @@ func (c *Cluster) Addrs() []string {
 // Client returns a cluster client, closed at the end of the test.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	cl := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs()})
+	opt := &redis.ClusterOptions{Addrs: c.Addrs()}
+	if c.tls != nil {
+		opt.TLSConfig = c.tls.ClientConfig()
+	}
+	cl := redis.NewClusterClient(opt)
 	tb.Cleanup(func() { cl.Close() })
 	return cl
 }

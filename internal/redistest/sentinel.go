@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -27,6 +28,7 @@ type Sentinel struct {
 	ports           []int
 	cmds            []*exec.Cmd
 	done            []chan struct{}
+	tls             *TLSFiles
 	dir             string
 	old             string // the master before the last Failover
 }
@@ -35,7 +37,15 @@ type Sentinel struct {
 // returns once both Sentinels know the replica (a failover can happen).
 func StartSentinel(tb testing.TB) *Sentinel {
 	tb.Helper()
-	s, err := newSentinel()
+	return StartSentinelWith(tb, Options{})
+}
+
+// StartSentinelWith starts a Sentinel set whose master and replica have opts
+// (Port is ignored). With opts.TLS, the Sentinels, the master and the
+// replica speak TLS only, to clients and to each other.
+func StartSentinelWith(tb testing.TB, opts Options) *Sentinel {
+	tb.Helper()
+	s, err := newSentinel(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,16 +53,19 @@ func StartSentinel(tb testing.TB) *Sentinel {
 	return s
 }
 
-func newSentinel() (*Sentinel, error) {
+func newSentinel(opts Options) (*Sentinel, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
 	}
-	s := &Sentinel{}
-	if s.Master, err = New(Options{}); err != nil {
+	opts.Port = 0
+	s := &Sentinel{tls: opts.TLS}
+	if s.Master, err = New(opts); err != nil {
 		return nil, err
 	}
-	if s.Replica, err = New(Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port())}}); err != nil {
+	replica := opts
+	replica.Args = append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(s.Master.Port())}, opts.Args...)
+	if s.Replica, err = New(replica); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -67,15 +80,18 @@ func newSentinel() (*Sentinel, error) {
 			return nil, err
 		}
 		conf := filepath.Join(s.dir, "sentinel"+strconv.Itoa(i)+".conf")
-		text := fmt.Sprintf(`port %d
-bind 127.0.0.1
+		listen := fmt.Sprintf("port %d\n", port)
+		if s.tls != nil {
+			listen = fmt.Sprintf("port 0\ntls-port %d\n", port) + s.tls.sentinelConf()
+		}
+		text := listen + fmt.Sprintf(`bind 127.0.0.1
 dir %s
 logfile %s
 sentinel monitor %s 127.0.0.1 %d 1
 sentinel down-after-milliseconds %s 1000
 sentinel failover-timeout %s 4000
 sentinel parallel-syncs %s 1
-`, port, s.dir, filepath.Join(s.dir, "sentinel"+strconv.Itoa(i)+".log"), SentinelMaster, s.Master.Port(), SentinelMaster, SentinelMaster, SentinelMaster)
+`, s.dir, filepath.Join(s.dir, "sentinel"+strconv.Itoa(i)+".log"), SentinelMaster, s.Master.Port(), SentinelMaster, SentinelMaster, SentinelMaster)
 		if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
 			s.Close()
 			return nil, err
@@ -89,7 +105,7 @@ sentinel parallel-syncs %s 1
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
 		s.cmds, s.done, s.ports = append(s.cmds, cmd), append(s.done, done), append(s.ports, port)
-		if err := waitReady("127.0.0.1:"+strconv.Itoa(port), done, 10*time.Second); err != nil {
+		if err := waitReady("127.0.0.1:"+strconv.Itoa(port), s.clientTLS(), done, 10*time.Second); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("redistest: sentinel: %w", err)
 		}
@@ -98,7 +114,7 @@ sentinel parallel-syncs %s 1
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, addr := range s.Addrs() {
-		sc := redis.NewSentinelClient(&redis.Options{Addr: addr})
+		sc := s.sentinelClient(addr)
 		for {
 			r, err := sc.Replicas(ctx, SentinelMaster).Result()
 			if err == nil && len(r) > 0 {
@@ -125,16 +141,31 @@ func (s *Sentinel) Addrs() []string {
 	return out
 }
 
-// URL is the go-redis Sentinel URL of the set.
+// URL is the go-redis Sentinel URL of the set (rediss:// with TLS).
 func (s *Sentinel) URL() string {
 	a := s.Addrs()
-	return "redis://" + a[0] + "?master_name=" + SentinelMaster + "&addr=" + a[1]
+	scheme := "redis://"
+	if s.tls != nil {
+		scheme = "rediss://"
+	}
+	return scheme + a[0] + "?master_name=" + SentinelMaster + "&addr=" + a[1]
+}
+
+func (s *Sentinel) clientTLS() *tls.Config {
+	if s.tls == nil {
+		return nil
+	}
+	return s.tls.ClientConfig()
+}
+
+func (s *Sentinel) sentinelClient(addr string) *redis.SentinelClient {
+	return redis.NewSentinelClient(&redis.Options{Addr: addr, TLSConfig: s.clientTLS()})
 }
 
 // Failover makes the replica the master and waits until the first Sentinel
 // names the new master: what a client that asks it sees.
 func (s *Sentinel) Failover(ctx context.Context) error {
-	sc := redis.NewSentinelClient(&redis.Options{Addr: s.Addrs()[0]})
+	sc := s.sentinelClient(s.Addrs()[0])
 	defer sc.Close()
 	before, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
 	if err != nil {
@@ -157,11 +188,11 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 func (s *Sentinel) Settled(ctx context.Context) error {
 	var scs []*redis.SentinelClient
 	for _, a := range s.Addrs() {
-		c := redis.NewSentinelClient(&redis.Options{Addr: a})
+		c := s.sentinelClient(a)
 		defer c.Close()
 		scs = append(scs, c)
 	}
-	old := redis.NewClient(&redis.Options{Addr: s.old})
+	old := redis.NewClient(&redis.Options{Addr: s.old, TLSConfig: s.clientTLS()})
 	defer old.Close()
 	return poll(ctx, "failover did not settle", func() bool {
 		var master string
