@@ -2,10 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
@@ -69,6 +70,7 @@ type redisConfig struct {
 	stream      string
 	partitions  int
 	dialTimeout time.Duration
+	tls         redisTLS
 }
 
 // defineConn registers the connection flags with the usual default.
@@ -80,6 +82,7 @@ func (c *redisConfig) defineConnDefault(f *flagSet, def, usage string) {
 	f.String(&c.url, "redis", "LOCKSCOPE_REDIS_URL", def, usage)
 	f.meta["redis"] = "URL"
 	f.Duration(&c.dialTimeout, "redis-timeout", "LOCKSCOPE_REDIS_TIMEOUT", 5*time.Second, "how long to wait for Redis to answer at start-up")
+	c.tls.define(f)
 }
 
 // defineStream registers the event stream flag.
@@ -109,18 +112,37 @@ const defaultStream = event.DefaultStream
 //   - redis://sentinel1:port?master_name=NAME&addr=sentinel2:port: the
 //     master NAME found through Sentinel, followed across failovers.
 //
-// rediss:// is TLS in every form.
+// rediss:// is TLS in every form; the TLS flags add a private CA and a
+// client certificate to it.
 func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error) {
 	timeout := c.dialTimeout
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
 	bad := func(err error) error {
-		return &Error{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s: %v (LOCKSCOPE_REDIS_URL)", redactURL(c.url), err)}
+		return &Error{Code: ExitUsage, Err: fmt.Errorf("invalid Redis URL %s: %s (LOCKSCOPE_REDIS_URL)", redactURL(c.url), redactIn(urlError(err), c.url))}
 	}
 	u, err := url.Parse(c.url)
 	if err != nil {
 		return nil, bad(err)
+	}
+	files, err := c.tls.load()
+	if err != nil {
+		return nil, err
+	}
+	if files != nil && u.Scheme != "rediss" {
+		return nil, &Error{Code: ExitUsage, Err: fmt.Errorf("--redis-ca-cert, --redis-client-cert and --redis-client-key need a rediss:// URL, not %s (LOCKSCOPE_REDIS_URL)", redactURL(c.url))}
+	}
+	unreachable := func(what string, err error) error {
+		msg := fmt.Sprintf("cannot reach %s at %s: %s", what, redactURL(c.url), redactIn(err.Error(), c.url))
+		if hint := tlsHint(err); hint != "" {
+			msg += " (" + hint + ")"
+		} else if u.Scheme == "redis" && plainToTLS(err) {
+			msg += " (if Redis speaks TLS, use a rediss:// URL)"
+		} else if u.Scheme == "rediss" && errors.Is(err, context.DeadlineExceeded) {
+			msg += " (no TLS handshake within --redis-timeout: if Redis does not speak TLS on this port, use a redis:// URL)"
+		}
+		return errors.New(msg)
 	}
 	q := u.Query()
 	var rdb redis.UniversalClient
@@ -131,6 +153,7 @@ func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error
 			return nil, bad(err)
 		}
 		opt.DialTimeout = timeout
+		opt.TLSConfig = files.apply(opt.TLSConfig)
 		rdb = redis.NewFailoverClient(opt)
 	case q.Has("addr"):
 		opt, err := redis.ParseClusterURL(c.url)
@@ -138,6 +161,7 @@ func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error
 			return nil, bad(err)
 		}
 		opt.DialTimeout = timeout
+		opt.TLSConfig = files.apply(opt.TLSConfig)
 		rdb = redis.NewClusterClient(opt)
 	default:
 		opt, err := redis.ParseURL(c.url)
@@ -145,13 +169,14 @@ func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error
 			return nil, bad(err)
 		}
 		opt.DialTimeout = timeout
+		opt.TLSConfig = files.apply(opt.TLSConfig)
 		rdb = redis.NewClient(opt)
 	}
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := rdb.Ping(pctx).Err(); err != nil {
 		rdb.Close()
-		return nil, fmt.Errorf("cannot reach Redis at %s: %v", redactURL(c.url), err)
+		return nil, unreachable("Redis", err)
 	}
 	if single, ok := rdb.(*redis.Client); ok && clusterEnabled(pctx, single) {
 		// One node of a Cluster: use the Cluster, this node as the seed.
@@ -161,14 +186,22 @@ func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error
 			return nil, bad(err)
 		}
 		opt.DialTimeout = timeout
+		opt.TLSConfig = files.apply(opt.TLSConfig)
 		rdb.Close()
 		rdb = redis.NewClusterClient(opt)
 		if err := rdb.Ping(pctx).Err(); err != nil {
 			rdb.Close()
-			return nil, fmt.Errorf("cannot reach the Redis Cluster at %s: %v", redactURL(c.url), err)
+			return nil, unreachable("the Redis Cluster", err)
 		}
 	}
 	return rdb, nil
+}
+
+// plainToTLS reports whether err is what a plain-text client gets from a
+// server that expects TLS: the server drops the connection.
+func plainToTLS(err error) bool {
+	msg := err.Error()
+	return errors.Is(err, io.EOF) || strings.Contains(msg, "connection reset by peer") || strings.HasSuffix(msg, "EOF")
 }
 
 // clusterEnabled reports whether the node runs in Cluster mode (INFO refused
@@ -191,64 +224,85 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 // the binary owns the process, so the command line sets it.
 func quietRedis(log *slog.Logger) { redis.SetLogger(redisLogger{log}) }
 
-// redactURL hides a password in a Redis URL before it is logged.
+// redactURL hides the user information (user name and password) of a Redis
+// URL before it is shown or logged, even in a URL that does not parse.
 func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	if u, err := url.Parse(s); err == nil {
+		if u.User == nil {
+			return s
+		}
+		return u.Redacted()
 	}
-	return u.Redacted()
+	if info := userinfo(s); info != "" {
+		return strings.Replace(s, info+"@", "xxxxx@", 1)
+	}
+	return s
+}
+
+// userinfo is the text between "://" and the last "@" of the authority (up
+// to the first '/', '?' or '#' after the '@'), or "". For a URL that does
+// not parse, the last '@' is taken: a password may hold '@', '/' or '?',
+// unescaped, while a host cannot hold '@'.
+func userinfo(s string) string {
+	_, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return ""
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return ""
+	}
+	return rest[:at]
+}
+
+// redactIn replaces, in msg, any text of the URL's user information (as
+// written, and unescaped) with "xxxxx": error messages of URL parsers quote
+// the URL or the part they choked on.
+func redactIn(msg, rawURL string) string {
+	info := userinfo(rawURL)
+	if info == "" {
+		return msg
+	}
+	secrets := []string{info}
+	if _, pw, ok := strings.Cut(info, ":"); ok && pw != "" {
+		secrets = append(secrets, pw)
+		if un, err := url.PathUnescape(pw); err == nil && un != pw {
+			secrets = append(secrets, un)
+		}
+	}
+	for _, sec := range secrets {
+		msg = strings.ReplaceAll(msg, sec, "xxxxx")
+	}
+	return msg
+}
+
+// urlError is err's text without the URL that net/url quotes in it.
+func urlError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
 }
 
 // httpConfig is the dashboard server flags.
 type httpConfig struct {
-	listen     string
-	grace      time.Duration
-	user       string
-	password   string
-	token      string
-	tokensFile string
+	listen      string
+	grace       time.Duration
+	readTimeout time.Duration
+	user        string
+	password    string
+	token       string
+	tokensFile  string
 }
 
 func (c *httpConfig) define(f *flagSet) {
 	f.String(&c.listen, "listen", "LOCKSCOPE_LISTEN", DefaultListen, "address of the dashboard, the JSON API and /metrics")
 	f.meta["listen"] = "host:port"
+	f.Duration(&c.readTimeout, "read-timeout", "LOCKSCOPE_READ_TIMEOUT", 10*time.Second, "how long a client may take to send a request's headers, and again its body (a slow POST is cut off)")
 	f.Duration(&c.grace, "shutdown-timeout", "LOCKSCOPE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long shutdown waits for requests in flight and for the event flush")
 	f.String(&c.user, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "operator user name for forced releases (HTTP basic auth)")
 	f.Secret(&c.password, "operator-password", "LOCKSCOPE_OPERATOR_PASSWORD", "operator password (prefer the environment variable: flags show in ps)")
 	f.Secret(&c.token, "operator-token", "LOCKSCOPE_OPERATOR_TOKEN", "operator bearer token for the JSON API (prefer the environment variable)")
 	f.String(&c.tokensFile, "operator-tokens-file", "LOCKSCOPE_OPERATOR_TOKENS_FILE", "", "file of named operator bearer tokens, one 'NAME TOKEN' per line ('#' comments): a release is recorded as by NAME")
-}
-
-// readTokens reads a file of named bearer tokens: "NAME TOKEN" per line,
-// blank lines and '#' comments skipped. Names and tokens must be unique.
-func readTokens(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("operator tokens: %w", err)
-	}
-	tokens := map[string]string{}
-	seen := map[string]bool{}
-	for i, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Fields(line)
-		switch {
-		case len(f) != 2:
-			return nil, fmt.Errorf("operator tokens %s:%d: want 'NAME TOKEN'", path, i+1)
-		case tokens[f[0]] != "":
-			return nil, fmt.Errorf("operator tokens %s:%d: name %q given twice", path, i+1, f[0])
-		case seen[f[1]]:
-			return nil, fmt.Errorf("operator tokens %s:%d: a token is given twice: names would not tell who released", path, i+1)
-		case len(f[1]) < 16:
-			return nil, fmt.Errorf("operator tokens %s:%d: the token of %q is shorter than 16 characters", path, i+1, f[0])
-		}
-		tokens[f[0]], seen[f[1]] = f[1], true
-	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("operator tokens %s: no 'NAME TOKEN' line", path)
-	}
-	return tokens, nil
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -53,6 +54,9 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 				}
 				if err := rc.checkPartitions(); err != nil {
 					return err
+				}
+				if rc.url == "" && rc.tls.set() {
+					return &Error{Code: ExitUsage, Err: errors.New("--redis-ca-cert, --redis-client-cert and --redis-client-key are for a Redis given with --redis (LOCKSCOPE_REDIS_URL): the embedded one has no TLS")}
 				}
 				log, err := lg.logger(env)
 				if err != nil {
