@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -21,11 +22,12 @@ func listen(addr string) (net.Listener, error) {
 }
 
 // serveHTTP serves h on ln until ctx is done, then drains requests in flight
-// for up to grace before closing what is left.
-func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, grace time.Duration) error {
+// for up to grace before closing what is left. A client has readTimeout to
+// send a request's headers, and readTimeout again to send its body.
+func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Handler, readTimeout, grace time.Duration) error {
 	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           bodyDeadline(h, readTimeout),
+		ReadHeaderTimeout: readTimeout,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -47,6 +49,41 @@ func serveHTTP(ctx context.Context, log *slog.Logger, ln net.Listener, h http.Ha
 		return fmt.Errorf("http: %w", err)
 	}
 	return nil
+}
+
+// bodyDeadline gives a request's body d to arrive, from the moment its
+// handler starts: an operator's POST that trickles in (or never comes) ends
+// with a read error after d and its connection is closed, instead of holding
+// the connection and the handler open. Once the body has been read to its
+// end the deadline is lifted, so a handler's own work is not cut short: the
+// server's ReadTimeout would also cancel the request's context at d. GETs
+// have no body and no deadline.
+func bodyDeadline(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if d > 0 && r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { rc.SetReadDeadline(time.Time{}) }}
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts the read deadline once the body has been read to its end.
+type deadlineBody struct {
+	io.ReadCloser
+	lift func()
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		b.lift()
+	}
+	return n, err
 }
 
 // url is what to print for the user: a wildcard address becomes loopback.

@@ -93,6 +93,8 @@ func (c *stackConfig) validate() error {
 		return &Error{Code: ExitUsage, Err: errors.New("LOCKSCOPE_OPERATOR_USER needs LOCKSCOPE_OPERATOR_PASSWORD or LOCKSCOPE_OPERATOR_TOKEN")}
 	case c.dashboard.requireAuthForRead && h.user == "" && h.token == "" && h.tokensFile == "":
 		return &Error{Code: ExitUsage, Err: errors.New("--require-auth-for-read needs operator credentials (LOCKSCOPE_OPERATOR_USER and _PASSWORD, or _TOKEN)")}
+	case h.readTimeout <= 0:
+		return &Error{Code: ExitUsage, Err: errors.New("--read-timeout must be positive (LOCKSCOPE_READ_TIMEOUT)")}
 	}
 	_, err := c.collector.aggregatorConfig()
 	return err
@@ -107,6 +109,7 @@ type stack struct {
 	cols    []*collector.Feeder // one per partition stream
 	emitter *lock.Emitter       // records the dashboard's forced releases
 	handler http.Handler
+	readTO  time.Duration // --read-timeout
 }
 
 type stackConfig struct {
@@ -213,7 +216,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		closeEmitter(em, time.Second)
 		return nil, &Error{Code: ExitUsage, Err: err}
 	}
-	return &stack{log: log, rdb: rdb, agg: agg, cols: cols, emitter: em, handler: h}, nil
+	return &stack{log: log, rdb: rdb, agg: agg, cols: cols, emitter: em, handler: h, readTO: cfg.http.readTimeout}, nil
 }
 
 // defaultReplica names a replica by its host and listen port: unique among
@@ -244,7 +247,7 @@ func (s *stack) run(ctx context.Context, ln net.Listener, grace time.Duration) e
 		})
 	}
 	g.Go(func() error {
-		err := serveHTTP(gctx, s.log, ln, s.handler, grace)
+		err := serveHTTP(gctx, s.log, ln, s.handler, s.readTO, grace)
 		if ferr := closeEmitter(s.emitter, grace); ferr != nil {
 			s.log.Warn("flushing forced-release events", "err", ferr)
 		}
