@@ -139,6 +139,10 @@ func (c *redisConfig) connect(ctx context.Context) (redis.UniversalClient, error
 			msg += " (" + hint + ")"
 		} else if u.Scheme == "redis" && plainToTLS(err) {
 			msg += " (if Redis speaks TLS, use a rediss:// URL)"
+		} else if u.Scheme == "rediss" && plainToTLS(err) {
+			// TLS 1.3 ends the handshake before the server checks the
+			// client's certificate: a refusal may reach us as a reset.
+			msg += " (Redis closed the connection after the TLS handshake: it may require a client certificate signed by its CA and valid now, --redis-client-cert and --redis-client-key)"
 		} else if u.Scheme == "rediss" && errors.Is(err, context.DeadlineExceeded) {
 			msg += " (no TLS handshake within --redis-timeout: if Redis does not speak TLS on this port, use a redis:// URL)"
 		}

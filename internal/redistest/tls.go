@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -100,7 +101,7 @@ func writeTLSFiles(dir string) (*TLSFiles, error) {
 	return f, nil
 }
 
-var serial int64
+var serial atomic.Int64
 
 func newCA(dir, name string, certFile, keyFile *string) (issuer, error) {
 	now := time.Now()
@@ -122,8 +123,7 @@ func issue(dir, name string, tmpl *x509.Certificate, by issuer, certFile, keyFil
 	if err != nil {
 		return issuer{}, err
 	}
-	serial++
-	tmpl.SerialNumber = big.NewInt(serial)
+	tmpl.SerialNumber = big.NewInt(serial.Add(1))
 	parent, signer := tmpl, key
 	if by.cert != nil {
 		parent, signer = by.cert, by.key

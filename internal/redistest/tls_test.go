@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -48,15 +49,15 @@ func TestTLSClusterAndSentinel(t *testing.T) {
 				t.Fatalf("SET %s over the TLS cluster: %v", k, err)
 			}
 		}
-		n := 0
+		var n atomic.Int32
 		cl.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			if m.DBSize(ctx).Val() > 0 {
-				n++
+				n.Add(1)
 			}
 			return nil
 		})
-		if n < 2 {
-			t.Errorf("keys on %d masters, want them spread over at least 2", n)
+		if n.Load() < 2 {
+			t.Errorf("keys on %d masters, want them spread over at least 2", n.Load())
 		}
 	})
 	t.Run("sentinel", func(t *testing.T) {
