@@ -242,7 +242,9 @@ func serveReady(t *testing.T, env []string, args ...string) (string, *proc) {
 	addr := freeAddr(t)
 	base := "http://" + addr
 	p := start(t, slices.Concat(env, []string{"LOCKSCOPE_LISTEN=" + addr}), slices.Concat([]string{"serve"}, args)...)
-	eventually(t, 15*time.Second, func() string {
+	// Generous: a race-enabled binary among many parallel tests on two
+	// loaded cores can take well over 15 s to start.
+	eventually(t, 60*time.Second, func() string {
 		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
 			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
 		}
