@@ -11,6 +11,10 @@ FUZZCOUNT ?= 200000x
 export FUZZCOUNT_FuzzClass ?= 100000x
 export FUZZCOUNT_FuzzKeyThroughDashboard ?= 3000x
 
+# deploy/helm is a module of its own (the Helm chart's tests and generator):
+# Helm's and Kubernetes's dependencies stay out of lockscope's go.mod.
+HELM_MOD := deploy/helm
+
 .PHONY: test deps generate check-generated tidy vet staticcheck unit fuzz compose demo bench soak
 
 test: deps check-generated tidy vet staticcheck unit fuzz compose
@@ -23,6 +27,7 @@ deps:
 
 generate:
 	$(GO) tool templ generate
+	cd $(HELM_MOD) && $(GO) generate ./...
 
 # Generated files are committed; CI fails if templ would change them.
 check-generated:
@@ -32,15 +37,20 @@ check-generated:
 
 tidy:
 	@$(GO) mod tidy -diff || (echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit" && exit 1)
+	@cd $(HELM_MOD) && $(GO) mod tidy -diff || (echo "$(HELM_MOD)/go.mod is not tidy: run 'go mod tidy' there and commit" && exit 1)
 
 vet:
 	$(GO) vet ./...
+	cd $(HELM_MOD) && $(GO) vet ./...
 
+# The nested module runs the main module's staticcheck binary.
 staticcheck:
 	$(GO) tool staticcheck ./...
+	sc=$$($(GO) tool -n staticcheck) && cd $(HELM_MOD) && $$sc ./...
 
 unit:
 	$(GO) test -race -count=1 -timeout 25m ./...
+	cd $(HELM_MOD) && $(GO) test -race -count=1 -timeout 10m ./...
 
 # Every fuzz target, bounded by counts (corpus regressions also run in 'unit').
 # Targets are found by grep: listing them with 'go test -list' would build
