@@ -1,13 +1,13 @@
 // Package collector is the Redis side of collecting: it feeds the
 // aggregation state (collector/state) from Redis.
 //
-// A Feeder reads the event stream through a consumer group (ingest.go:
-// read, decode, apply, acknowledge; ingest_stats.go: lag, pending entries
-// and entries trimmed before they were read), rebuilds the picture of a
-// restarted replica from the checkpoint and the stream (rebuild.go), keeps
-// the checkpoint (checkpoint.go) and the replica's presence key
-// (presence.go) fresh, and follows keyspace notifications: expirations, and
-// the passive watch of other libraries' locks (watch.go).
+// A Feeder (feeder.go) reads the event stream through a consumer group
+// (ingest.go: read, decode, apply, acknowledge; ingest_stats.go: lag,
+// pending entries and entries trimmed before they were read), rebuilds the
+// picture of a restarted replica from the checkpoint and the stream
+// (rebuild.go), keeps the checkpoint (checkpoint.go) and the replica's
+// presence key (presence.go) fresh, and follows keyspace notifications:
+// expirations, and the passive watch of other libraries' locks (watch.go).
 //
 // Everything read is handed to a *state.Aggregator, which keeps the state,
 // answers the queries and counts through its Metrics (the Prometheus export,

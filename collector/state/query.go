@@ -1,241 +1,640 @@
 package state
 
 import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
 	"time"
-
-	"github.com/lockscope/lockscope/event"
 )
 
-// This file holds the types of the query results the dashboard (and the
-// operator command line) reads. Every query method is safe for concurrent
-// use, answers from memory and never waits on ingestion or on Redis.
+// This file answers the Querier interface. Every method copies what it
+// needs under short locks (see Aggregator) and does the rest outside them.
 
-// Windows are the hot-key windows the collector keeps.
-var Windows = []time.Duration{time.Minute, 5 * time.Minute, time.Hour}
-
-// Ranking orders hot keys.
-type Ranking string
-
-// Rankings.
+// Query limits.
 const (
-	ByContentions Ranking = "contentions" // acquisitions that waited plus refused tries
-	ByWait        Ranking = "wait"        // total time callers spent waiting
+	defaultPageSize = 50
+	maxPageSize     = 500
+	defaultHotKeys  = 10
 )
 
-// Overview is the collector's headline state.
-type Overview struct {
-	At               time.Time
-	AcquireRate      float64       // acquisitions per second over the last minute
-	ContentionRatio  float64       // contentions / (acquisitions + refused tries), last minute, 0..1
-	WaitP99          time.Duration // over the last 5 minutes
-	HoldP99          time.Duration // over the last 5 minutes
-	Held             int           // locks held now
-	Waiters          int           // callers waiting now
-	Stuck            int           // locks held past their stuck threshold now
-	Expirations5m    int64         // expired-while-held in the last 5 minutes
-	Forced5m         int64         // forced releases in the last 5 minutes
-	Failures5m       int64         // failed acquisitions in the last 5 minutes
-	EventsTotal      int64         // events applied since start
-	Malformed        int64         // entries that could not be decoded
-	Dropped          int64         // events emitters reported dropped
-	LastEvent        time.Time     // time of the newest applied event (zero if none)
-	TrackedKeys      int           // keys with state in memory
-	AcquireSeries    []float64     // acquisitions per second, oldest first, one point per SeriesStep
-	ContentionSeries []float64     // contentions per second, aligned with AcquireSeries
-	SeriesStep       time.Duration
+// clocks returns the collector's clock and the event clock.
+func (a *Aggregator) clocks() (now, clock int64) {
+	now = a.nowNS()
+	a.mu.Lock()
+	clock = a.eventClock(now)
+	a.mu.Unlock()
+	return now, clock
 }
 
-// HotKey is one entry of a hot-key ranking.
-type HotKey struct {
-	Key          string
-	Class        string
-	Contentions  int64
-	Wait         time.Duration // total wait in the window
-	Acquisitions int64
-	// Error is the space-saving over-estimate bound of the ranked figure:
-	// the true value lies in [value-Error, value].
-	Error int64
-}
-
-// LockInfo is the state of one tracked key.
-type LockInfo struct {
-	Key          string
-	Class        string
-	Held         bool
-	Owner        string // current (or last) holder
-	Lease        string
-	Since        time.Time     // when the current hold began (zero if not held)
-	TTL          time.Duration // last TTL the holder set
-	ExpiresAt    time.Time     // when the current hold expires unless renewed
-	Fence        int64
-	Waiters      int
-	Stuck        bool
-	Degraded     bool
-	Passive      bool // seen through keyspace notifications
-	Acquisitions int64
-	Contentions  int64
-	Failures     int64
-	WaitTotal    time.Duration
-	HoldTotal    time.Duration
-	LastEvent    time.Time
-}
-
-// HeldFor is how long the current hold has lasted at now.
-// NoExpiry reports a held lock without a TTL (a watched key, taken for a lock
-// with WatchNoTTL: a redis-py Lock without timeout): if its holder dies it
-// stays held until someone deletes it.
-func (l LockInfo) NoExpiry() bool {
-	return l.Held && l.Passive && l.TTL <= 0 && l.ExpiresAt.IsZero()
-}
-
-func (l LockInfo) HeldFor(now time.Time) time.Duration {
-	if !l.Held || l.Since.IsZero() {
-		return 0
+// infoLocked builds k's LockInfo; the caller holds k's shard lock.
+func infoLocked(k *keyState, now, clock int64, w *waits) LockInfo {
+	li := LockInfo{
+		Key: k.key, Class: k.class.name, Held: k.held, Owner: k.owner, Lease: k.lease,
+		TTL: k.ttl, Fence: k.fence, Degraded: k.degraded, Passive: k.passive,
+		Acquisitions: k.acquisitions, Contentions: k.contentions, Failures: k.failures,
+		WaitTotal: time.Duration(k.waitTotal), HoldTotal: time.Duration(k.holdTotal),
 	}
-	return now.Sub(l.Since)
+	if k.lastEvent > 0 {
+		li.LastEvent = time.Unix(0, k.lastEvent)
+	}
+	if k.held {
+		li.Since = time.Unix(0, k.since)
+		if k.expiresAt > 0 {
+			li.ExpiresAt = time.Unix(0, k.expiresAt)
+		}
+		li.Stuck = clock-k.since > int64(k.class.stuckAfter)
+	}
+	li.Waiters = w.count(k.key)
+	return li
 }
 
-// LockSort names a LockQuery order.
-type LockSort string
+// Overview returns the headline figures.
+func (a *Aggregator) Overview() Overview {
+	now := a.nowNS()
+	a.mu.Lock()
+	a.advanceLocked(now)
+	cur := stepOf(now)
+	steps := make([]stepStats, overviewSeriesLen)
+	for i := range steps {
+		if s := a.steps.get(cur - overviewSeriesLen + 1 + int64(i)); s != nil {
+			steps[i] = *s
+		}
+	}
+	o := Overview{
+		At:          time.Unix(0, now),
+		EventsTotal: a.eventsTotal,
+		Dropped:     a.dropped,
+		SeriesStep:  seriesStep,
+	}
+	if a.evMax > 0 {
+		o.LastEvent = time.Unix(0, a.evMax)
+	}
+	for _, c := range a.classes {
+		o.Held += c.held
+		o.Stuck += c.stuck
+	}
+	a.mu.Unlock()
 
-// Lock orders.
+	o.Waiters = a.waits.total()
+	o.Malformed = a.malformed.Load()
+	o.TrackedKeys = int(a.tracked.Load())
+	o.AcquireSeries = make([]float64, overviewSeriesLen)
+	o.ContentionSeries = make([]float64, overviewSeriesLen)
+	var lastMin stepStats
+	var wait5, hold5 qhist
+	for i, s := range steps {
+		o.AcquireSeries[i] = float64(s.acquisitions) / seriesStep.Seconds()
+		o.ContentionSeries[i] = float64(s.contentions) / seriesStep.Seconds()
+		if i >= overviewSeriesLen-minuteSteps {
+			lastMin.acquisitions += s.acquisitions
+			lastMin.passive += s.passive
+			lastMin.contentions += s.contentions
+			lastMin.refused += s.refused
+		}
+		if i >= overviewSeriesLen-30 {
+			o.Expirations5m += s.expirations
+			o.Forced5m += s.forced
+			o.Failures5m += s.failures
+			for j := range s.wait {
+				wait5[j] += s.wait[j]
+				hold5[j] += s.hold[j]
+			}
+		}
+	}
+	// The last minute is the current step and the five before it.
+	if span := now - (cur-minuteSteps+1)*int64(seriesStep); span > 0 {
+		o.AcquireRate = float64(lastMin.acquisitions) / (float64(span) / 1e9)
+	}
+	if d := lastMin.acquisitions - lastMin.passive + lastMin.refused; d > 0 {
+		o.ContentionRatio = min(1, float64(lastMin.contentions)/float64(d))
+	}
+	o.WaitP99 = wait5.quantile(0.99)
+	o.HoldP99 = hold5.quantile(0.99)
+	return o
+}
+
+// HotKeys returns up to n keys (0 means 10) ranked by contentions or by
+// total wait within window (one of Windows; other values round up to the
+// next window).
+func (a *Aggregator) HotKeys(window time.Duration, by Ranking, n int) []HotKey {
+	if n <= 0 {
+		n = defaultHotKeys
+	}
+	top, _ := a.HotTop(window, by, min(n, hotCapacity))
+	return top
+}
+
+// lockCand is a key matching a LockQuery, with its sort figures: a, then
+// b, in the query's direction, then the key ascending (kp first, so that
+// most ties are decided without reading the key's bytes).
+type lockCand struct {
+	a, b int64
+	kp   prefix
+	key  string
+}
+
+// candPool recycles candidate slices: a query over 100 000 keys would
+// otherwise allocate megabytes each time.
+var candPool = sync.Pool{New: func() any { return new([]lockCand) }}
+
+// Locks returns one page of tracked keys matching q.
+//
+// It is a scan, not an index: every query visits every tracked key, one
+// shard at a time under that shard's lock, reading the sort figures from the
+// shard's slabs in memory order (about 3 ns per key), and selects the page
+// outside the locks. The figures are the live ones, so a key acquired a
+// moment ago sorts and shows as held on the next query; no snapshot can be
+// stale. The cost is O(keys) per query: about 1 ms for 100 000 keys, a few
+// more for a search, which reads each key's bytes.
+func (a *Aggregator) Locks(q LockQuery) LockPage {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = defaultPageSize
+	}
+	limit = min(limit, maxPageSize)
+	offset := max(q.Offset, 0)
+	sortBy := q.Sort
+	if sortBy == "" {
+		sortBy = SortContentions
+	}
+	now := a.nowNS()
+	a.mu.Lock()
+	clock := a.eventClock(now)
+	var class *classState
+	if q.Class != "" {
+		class = a.classes[q.Class]
+	}
+	a.mu.Unlock()
+	if q.Class != "" && class == nil {
+		return LockPage{}
+	}
+
+	buf := candPool.Get().(*[]lockCand)
+	defer func() {
+		clear(*buf) // drop key references before pooling
+		candPool.Put(buf)
+	}()
+	cands := (*buf)[:0]
+	consider := func(k *keyState) {
+		if class != nil && k.class != class || q.HeldOnly && !k.held {
+			return
+		}
+		switch q.State {
+		case StateHeld:
+			if !k.held {
+				return
+			}
+		case StateStuck:
+			if !k.held || clock-k.since <= int64(k.class.stuckAfter) {
+				return
+			}
+		case StateWaited:
+			if !k.held || a.waits.count(k.key) == 0 {
+				return
+			}
+		case StateFree:
+			if k.held {
+				return
+			}
+		}
+		if q.Search != "" && !strings.Contains(k.key, q.Search) && !strings.Contains(k.owner, q.Search) {
+			return
+		}
+		c := lockCand{kp: k.kp, key: k.key}
+		switch sortBy {
+		case SortWait:
+			c.a = k.waitTotal
+		case SortHold:
+			if k.held {
+				c.a = clock - k.since
+			}
+			c.b = k.holdTotal
+		case SortKey:
+		case SortAttention:
+			switch {
+			case k.held && clock-k.since > int64(k.class.stuckAfter):
+				c.a = 3
+			case k.held && a.waits.count(k.key) > 0:
+				c.a = 2
+			case k.held:
+				c.a = 1
+			}
+			c.b = k.contentions
+		default:
+			c.a = k.contentions
+		}
+		cands = append(cands, c)
+	}
+	for i := range a.keys.shards {
+		sh := &a.keys.shards[i]
+		sh.mu.Lock()
+		sh.each(consider)
+		sh.mu.Unlock()
+	}
+	*buf = cands
+
+	page := LockPage{Total: len(cands)}
+	if offset >= len(cands) {
+		return page
+	}
+	order := byFigures
+	switch {
+	case sortBy == SortKey:
+		order = byKey
+	case q.Asc:
+		order = byFiguresAsc
+	}
+	top := selectRange(cands, offset, min(offset+limit, len(cands)), order)
+	page.Locks = make([]LockInfo, 0, len(top))
+	for _, c := range top {
+		sh, h := a.keys.find(c.key)
+		sh.mu.Lock()
+		if k := sh.get(h, c.key); k != nil {
+			page.Locks = append(page.Locks, infoLocked(k, now, clock, &a.waits))
+		}
+		sh.mu.Unlock()
+	}
+	return page
+}
+
+// candOrder is the order of a page: a switch rather than a func value, so
+// that the comparisons inline and their operands stay on the stack.
+type candOrder uint8
+
 const (
-	SortKey         LockSort = "key"
-	SortContentions LockSort = "contentions"
-	SortWait        LockSort = "wait"
-	SortHold        LockSort = "hold" // current hold duration, then total hold
-	// SortAttention puts first what needs an operator: stuck holds, then
-	// held keys with waiters, then other held keys, each by contentions.
-	SortAttention LockSort = "attention"
+	byFigures    candOrder = iota // a, b descending, then key
+	byFiguresAsc                  // a, b ascending, then key
+	byKey                         // key ascending
 )
 
-// LockState names a LockQuery state filter.
-type LockState string
-
-// Lock states.
-const (
-	StateHeld   LockState = "held"
-	StateStuck  LockState = "stuck"  // held past its class's stuck threshold
-	StateWaited LockState = "waited" // held, with callers waiting for it now
-	StateFree   LockState = "free"
-)
-
-// LockQuery selects a page of tracked keys.
-type LockQuery struct {
-	Search   string    // substring of the key or owner; "" matches all
-	Class    string    // exact class; "" matches all
-	HeldOnly bool      // only keys held now
-	State    LockState // only keys in this state; "" matches all
-	Sort     LockSort  // "" means SortContentions
-	Asc      bool      // ascending instead of the default descending (SortKey: ascending by default)
-	Offset   int
-	Limit    int // 0 means 50; capped at 500
+func (o candOrder) cmp(x, y *lockCand) int {
+	if o != byKey {
+		if x.a != y.a {
+			if o == byFiguresAsc {
+				return cmp.Compare(x.a, y.a)
+			}
+			return cmp.Compare(y.a, x.a)
+		}
+		if x.b != y.b {
+			if o == byFiguresAsc {
+				return cmp.Compare(x.b, y.b)
+			}
+			return cmp.Compare(y.b, x.b)
+		}
+	}
+	if c := x.kp.compare(y.kp); c != 0 {
+		return c
+	}
+	return strings.Compare(x.key, y.key)
 }
 
-// LockPage is one page of a LockQuery.
-type LockPage struct {
-	Locks []LockInfo
-	Total int // matches before paging
+func (o candOrder) sort(s []lockCand) {
+	slices.SortFunc(s, func(x, y lockCand) int { return o.cmp(&x, &y) })
 }
 
-// Distribution is a histogram: Counts[i] observations <= Bounds[i], the
-// last count is for observations above the last bound.
-type Distribution struct {
-	Bounds []time.Duration
-	Counts []int64 // len(Bounds)+1
-	Sum    time.Duration
-	Count  int64
+// selectRange returns cands[from:to] as they would be after sorting cands
+// by o, sorted, without sorting the rest: a bounded heap when the range
+// starts near the front, else quickselect (linear on average) around the
+// range. The order is total: keys are distinct. cands is reordered.
+func selectRange(cands []lockCand, from, to int, o candOrder) []lockCand {
+	if to <= from {
+		return nil
+	}
+	if to*64 <= len(cands) {
+		return selectTop(cands, to, o)[from:]
+	}
+	nth(cands, from, o)
+	rest := cands[from:]
+	nth(rest, to-from, o)
+	out := rest[:to-from]
+	o.sort(out)
+	return out
 }
 
-// KeyDetail is one key with its distributions and recent events.
-type KeyDetail struct {
-	LockInfo
-	Wait          Distribution
-	Hold          Distribution
-	Recent        []event.Event // newest first, bounded
-	AcquireSeries []float64     // per SeriesStep, oldest first
-	SeriesStep    time.Duration
-	WaitersNow    []Waiter // callers waiting for the key now, oldest first
+// nth reorders s so that s[:k] holds the k smallest elements by o (in no
+// particular order) and s[k:] the rest. It is Hoare's quickselect with a
+// median-of-three pivot, falling back to a sort on pathological input.
+func nth(s []lockCand, k int, o candOrder) {
+	lo, hi := 0, len(s) // the boundary k lies in [lo, hi]
+	for budget := 64; hi-lo > 16 && k > lo && k < hi; budget-- {
+		if budget == 0 {
+			o.sort(s[lo:hi])
+			return
+		}
+		m := lo + (hi-lo)/2
+		// Order s[lo], s[m], s[hi-1]; the median becomes the pivot at lo.
+		if o.cmp(&s[m], &s[lo]) < 0 {
+			s[m], s[lo] = s[lo], s[m]
+		}
+		if o.cmp(&s[hi-1], &s[m]) < 0 {
+			s[hi-1], s[m] = s[m], s[hi-1]
+			if o.cmp(&s[m], &s[lo]) < 0 {
+				s[m], s[lo] = s[lo], s[m]
+			}
+		}
+		s[lo], s[m] = s[m], s[lo]
+		p := s[lo]
+		i, j := lo+1, hi-1
+		for {
+			for i <= j && o.cmp(&s[i], &p) < 0 {
+				i++
+			}
+			for i <= j && o.cmp(&s[j], &p) > 0 {
+				j--
+			}
+			if i >= j {
+				break
+			}
+			s[i], s[j] = s[j], s[i]
+			i++
+			j--
+		}
+		// s[lo+1:i] < p, s[j+1:hi] > p; put the pivot at j.
+		s[lo], s[j] = s[j], s[lo]
+		switch {
+		case k <= j:
+			hi = j
+		default:
+			lo = j + 1
+		}
+	}
+	if hi-lo > 1 && k > lo && k < hi {
+		o.sort(s[lo:hi])
+	}
 }
 
-// Waiter is a caller waiting for a lock now.
-type Waiter struct {
-	Key      string
-	Class    string
-	Owner    string
-	Lease    string    // the lease it will hold if it acquires
-	Holder   string    // the holder it saw when its wait began
-	Since    time.Time // when its wait began
-	Deadline time.Time // when it gives up (or is dropped, without a deadline of its own)
-	Holds    []string  // leases it holds while it waits
+// selectTop returns the first n of cands in order o, sorted, keeping a
+// bounded heap of the best n seen.
+func selectTop(cands []lockCand, n int, o candOrder) []lockCand {
+	// h is a heap with the worst kept candidate at the root.
+	h := make([]lockCand, 0, n)
+	worse := func(i, j int) bool { return o.cmp(&h[i], &h[j]) > 0 }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			m := l
+			if r := l + 1; r < len(h) && worse(r, l) {
+				m = r
+			}
+			if !worse(m, i) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for i := range cands {
+		c := &cands[i]
+		if len(h) < n {
+			h = append(h, *c)
+			for i := len(h) - 1; i > 0; {
+				p := (i - 1) / 2
+				if !worse(i, p) {
+					break
+				}
+				h[i], h[p] = h[p], h[i]
+				i = p
+			}
+			continue
+		}
+		if o.cmp(c, &h[0]) < 0 {
+			h[0] = *c
+			down(0)
+		}
+	}
+	o.sort(h)
+	return h
 }
 
-// Blocking is who blocks whom now.
-type Blocking struct {
-	At      time.Time
-	Holders []BlockingHolder // by waiters, then wait-seconds, most first
-	Chains  []Chain          // the longest waiting chains (A waits on B waits on C), longest first
-	Cycles  []Cycle          // deadlocks: waiting chains that close on themselves
-	Waiters int
+// Lock returns one tracked key's detail; ok is false if it is unknown.
+func (a *Aggregator) Lock(key string) (KeyDetail, bool) {
+	now, clock := a.clocks()
+	sh, h := a.keys.find(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := sh.get(h, key)
+	if k == nil {
+		return KeyDetail{}, false
+	}
+	d := KeyDetail{LockInfo: infoLocked(k, now, clock, &a.waits), Recent: k.newest(&a.tab, a.cfg.RecentEvents), SeriesStep: seriesStep}
+	var tmp keyStats
+	s := k.statsView(&tmp)
+	d.Wait, d.Hold = s.wait.export(), s.hold.export()
+	d.AcquireSeries = s.series(now)
+	for _, x := range a.waits.keyWaiters(key) {
+		d.WaitersNow = append(d.WaitersNow, x.export())
+	}
+	return d, true
 }
 
-// BlockingHolder is a held lock with callers waiting for it.
-type BlockingHolder struct {
-	Key, Class, Owner, Lease string
-	Since                    time.Time // zero when the holder is unknown (the waiter saw one the collector has not)
-	Waiters                  int
-	WaitSeconds              float64 // summed over its waiters, now
-	Waiting                  bool    // the holder itself waits for another lock
+// Stuck returns the locks held past their class's stuck threshold, longest
+// held first.
+func (a *Aggregator) Stuck() []LockInfo {
+	now, clock := a.clocks()
+	var out []LockInfo
+	for i := range a.keys.shards {
+		sh := &a.keys.shards[i]
+		sh.mu.Lock()
+		sh.held.each(func(k *keyState) bool {
+			if clock-k.since > int64(k.class.stuckAfter) {
+				out = append(out, infoLocked(k, now, clock, &a.waits))
+			}
+			return true
+		})
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y LockInfo) int {
+		if c := x.Since.Compare(y.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	return out
 }
 
-// Chain is a waiting chain: each link waits for the lock held by the next;
-// the last link is a holder that does not wait (or, in a cycle, the first).
-type Chain struct {
-	Links []ChainLink
-	Cycle bool
+// Expirations returns up to n (0 means all kept, at most 256) of the most
+// recent expired-while-held locks, newest first.
+func (a *Aggregator) Expirations(n int) []Expiration {
+	if n <= 0 {
+		n = ringLen
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.exps.newest(n)
 }
 
-// ChainLink is one caller in a chain.
-type ChainLink struct {
-	Owner    string
-	Lease    string
-	WaitsFor string // key; "" for the final holder
-	Since    time.Time
+// ForcedReleases returns up to n (0 means all kept, at most 256) of the most
+// recent forced releases, newest first.
+func (a *Aggregator) ForcedReleases(n int) []ForcedRelease {
+	if n <= 0 {
+		n = ringLen
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.forced.newest(n)
 }
 
-// Cycle is a deadlock: each member waits for the key the next holds.
-type Cycle struct {
-	Members []CycleMember
-	id      string
+// Classes returns the known lock classes, sorted.
+func (a *Aggregator) Classes() []string {
+	return slices.Clone(*a.classNames.Load())
 }
 
-// CycleMember is one waiting call of a cycle.
-type CycleMember struct {
-	Owner    string
-	Lease    string
-	WaitsFor string    // the key it waits for
-	Holds    string    // the key of the cycle it holds
-	Since    time.Time // when it began to wait
+// Deadlocks returns the cycles of the wait-for graph now, as
+// Blocking().Cycles does, built from the waiting calls that hold leases only.
+func (a *Aggregator) Deadlocks() []Cycle {
+	ws := a.waits.snapshotHolding()
+	if len(ws) == 0 {
+		return nil
+	}
+	g := buildGraph(ws, a.holderOf)
+	var out []Cycle
+	for _, c := range g.cycles() {
+		out = append(out, g.cycleOf(c))
+	}
+	return out
 }
 
-// Expiration is a lock whose TTL lapsed while held.
-type Expiration struct {
-	Key       string
-	Class     string
-	Owner     string
-	Lease     string
-	At        time.Time
-	Held      time.Duration
-	Confirmed bool // a keyspace notification confirmed it
+// Blocking returns who waits on whom now (see waiters.go).
+func (a *Aggregator) Blocking() Blocking {
+	now := a.nowNS()
+	ws := a.waits.snapshot()
+	g := buildGraph(ws, a.holderOf)
+	b := Blocking{At: time.Unix(0, now), Waiters: len(ws)}
+	byKey := make(map[string]*BlockingHolder)
+	var keys []string
+	waitsToo := make(map[string]bool) // leases held by a waiting call
+	for _, x := range ws {
+		for _, l := range x.held {
+			waitsToo[l] = true
+		}
+	}
+	pointedAt := make([]bool, len(ws))
+	for i, x := range ws {
+		h := byKey[x.key]
+		if h == nil {
+			hd := g.hold[i]
+			h = &BlockingHolder{Key: x.key, Class: x.class, Owner: hd.owner, Lease: hd.lease, Waiting: hd.held && waitsToo[hd.lease]}
+			if !hd.held {
+				h.Owner = x.holder
+			} else {
+				h.Since = time.Unix(0, hd.since)
+			}
+			byKey[x.key] = h
+			keys = append(keys, x.key)
+		}
+		h.Waiters++
+		h.WaitSeconds += float64(max(now-x.since, 0)) / 1e9
+		if g.next[i] >= 0 {
+			pointedAt[g.next[i]] = true
+		}
+	}
+	for _, k := range keys {
+		b.Holders = append(b.Holders, *byKey[k])
+	}
+	slices.SortFunc(b.Holders, func(x, y BlockingHolder) int {
+		if c := cmp.Compare(y.Waiters, x.Waiters); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(y.WaitSeconds, x.WaitSeconds); c != 0 {
+			return c
+		}
+		return strings.Compare(x.Key, y.Key)
+	})
+	for i := range ws {
+		if pointedAt[i] || g.next[i] < 0 {
+			continue // not the head of a chain of two or more waiting calls
+		}
+		path := g.chain(i)
+		var c Chain
+		for _, j := range path {
+			c.Links = append(c.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key, Since: time.Unix(0, ws[j].since)})
+		}
+		if last := path[len(path)-1]; g.next[last] < 0 && g.hold[last].held {
+			c.Links = append(c.Links, ChainLink{Owner: g.hold[last].owner, Lease: g.hold[last].lease, Since: time.Unix(0, g.hold[last].since)})
+		} else if g.next[last] >= 0 {
+			c.Cycle = true
+		}
+		b.Chains = append(b.Chains, c)
+	}
+	slices.SortStableFunc(b.Chains, func(x, y Chain) int { return cmp.Compare(len(y.Links), len(x.Links)) })
+	b.Chains = b.Chains[:min(len(b.Chains), 50)]
+	for _, c := range g.cycles() {
+		b.Cycles = append(b.Cycles, g.cycleOf(c))
+		ch := Chain{Cycle: true}
+		for _, j := range c {
+			ch.Links = append(ch.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key, Since: time.Unix(0, ws[j].since)})
+		}
+		b.Chains = append(b.Chains, ch)
+	}
+	return b
 }
 
-// ForcedRelease is an operator's forced release.
-type ForcedRelease struct {
-	Key    string
-	Class  string
-	Owner  string // the holder that was released
-	By     string
-	Reason string
-	At     time.Time
-	Held   time.Duration
+// holderOf returns key's current holder.
+func (a *Aggregator) holderOf(key string) (lease, owner string, since int64, ok bool) {
+	sh, h := a.keys.find(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := sh.get(h, key)
+	if k == nil || !k.held {
+		return "", "", 0, false
+	}
+	return k.lease, k.owner, k.since, true
 }
+
+// ClassGauge is one class's figures now, as the gauges of the Prometheus
+// export show them.
+type ClassGauge struct {
+	Class      string
+	Held       int           // locks held now
+	Waiters    int           // callers waiting now
+	OldestWait time.Duration // how long the longest current waiter has waited; 0 when none waits
+	Stuck      int           // holds past the class's stuck threshold (at the last Tick)
+	NoExpiry   int           // holds without a TTL (at the last Tick)
+	OldestHold time.Time     // start of the oldest current hold (at the last Tick); zero if none
+}
+
+// ClassGauges returns every class's gauges now, sorted by class.
+func (a *Aggregator) ClassGauges() []ClassGauge {
+	now := a.nowNS()
+	ws := a.waits.snapshot()
+	a.mu.Lock()
+	if a.replaying == 0 {
+		a.advanceLocked(now)
+	}
+	out := make([]ClassGauge, 0, len(a.classes))
+	oldest := make([]int64, 0, len(a.classes)) // start of the longest wait, unix ns (0: none)
+	idx := make(map[string]int, len(a.classes))
+	for _, c := range a.classes {
+		idx[c.name] = len(out)
+		g := ClassGauge{Class: c.name, Held: c.held, Stuck: c.stuck, NoExpiry: c.noExpiry}
+		if c.oldest > 0 {
+			g.OldestHold = time.Unix(0, c.oldest)
+		}
+		out = append(out, g)
+		oldest = append(oldest, 0)
+	}
+	a.mu.Unlock()
+	for _, x := range ws {
+		if i, ok := idx[x.class]; ok {
+			out[i].Waiters++
+			if oldest[i] == 0 || x.since < oldest[i] {
+				oldest[i] = x.since
+			}
+		}
+	}
+	for i, since := range oldest {
+		if since > 0 {
+			out[i].OldestWait = time.Duration(max(now-since, 0))
+		}
+	}
+	slices.SortFunc(out, func(x, y ClassGauge) int { return strings.Compare(x.Class, y.Class) })
+	return out
+}
+
+// DeadlockCycles returns the number of cycles of the wait-for graph found
+// by the last scan (Tick).
+func (a *Aggregator) DeadlockCycles() int { return a.waits.deadlockCycles() }

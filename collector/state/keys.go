@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"hash/maphash"
+	"strings"
 	"sync"
 	"time"
 )
@@ -63,31 +64,15 @@ type keyState struct {
 	failures     int64
 	lastEvent    int64 // unix ns
 
-	stats *keyStats // nil while the ring holds every observation (see state_ring.go)
+	stats *keyStats // nil while the ring holds every observation (see ring.go)
 
-	// recent holds the newest events, encoded (see state_ring.go): recN
+	// recent holds the newest events, encoded (see ring.go): recN
 	// records from recOff, timestamps relative to recBase.
 	recent  []byte
 	recBase int64
 	recOff  int32
 	hash    uint32 // the index's part of the key's hash (see shard.idx)
 }
-
-// pendingHold is a hold superseded by another owner's acquisition that
-// came after its expiry (or an older hold, arriving late, whose TTL ran out
-// before the known hold began): expired while held unless its end event
-// (from before its expiry) arrives late. A key keeps at most maxPending of
-// them, linked through next.
-type pendingHold struct {
-	lease, owner   string
-	since, expires int64
-	counted        bool // revived before it was superseded (keyState.revived)
-	next           *pendingHold
-}
-
-// maxPending bounds the pending holds of one key: parking one more decides
-// the oldest as expired.
-const maxPending = 8
 
 // prefix is the first 16 bytes of a key as two big-endian words, zero
 // padded: comparing prefixes orders keys as strings.Compare does, unless
@@ -125,7 +110,7 @@ func (k *keyState) matches(lease, owner string) bool {
 }
 
 // keyStats are a key's distributions and series, allocated once its ring
-// no longer holds all of them (see state_ring.go).
+// no longer holds all of them (see ring.go).
 type keyStats struct {
 	wait, hold dist
 	// acq counts acquisitions per seriesStep over the last keySeriesLen
@@ -419,4 +404,54 @@ func (t *keyTable) shardOf(h uint64) *shard { return &t.shards[h&t.mask] }
 func (t *keyTable) find(key string) (*shard, uint64) {
 	h := t.hash(key)
 	return t.shardOf(h), h
+}
+
+// keyLocked returns the state of key in sh, creating it (and evicting the
+// least recently active idle key if the shard is full).
+func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
+	if k := sh.get(h, key); k != nil {
+		return k
+	}
+	evicted := false
+	if sh.count >= sh.cap {
+		v := sh.idle.back()
+		if v == nil {
+			// Every key of the shard is held (holds without TTL that never
+			// end, or a flood of them): memory wins, the least recently
+			// active hold stops being tracked.
+			v = sh.held.back()
+		}
+		if v != nil {
+			a.evictLocked(sh, v)
+			evicted = true
+		}
+	}
+	if !evicted {
+		// One more key tracked; else it takes the evicted key's place, and
+		// the count stays (two atomic additions fewer per key of a stream
+		// of distinct keys).
+		a.tracked.Add(1)
+	}
+	k := sh.alloc()
+	k.key = strings.Clone(key)
+	k.class = a.classOfLocked(k.key)
+	sh.put(h, k)
+	sh.idle.pushFront(k)
+	return k
+}
+
+// evictLocked stops tracking k, to make room for a new key in its shard:
+// the caller counts the key it adds in its place.
+func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
+	for k.pend != nil {
+		// Its superseded holds can no longer be followed: decide now.
+		a.resolvePendingLocked(k, k.pend, true, false)
+	}
+	if k.held {
+		k.held = false
+		k.class.held--
+	}
+	unlink(k)
+	sh.del(k)
+	sh.release(k)
 }

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -419,4 +420,22 @@ func (t *internTab) str(r ref) string {
 		return r.s
 	}
 	return t.get(r.id)
+}
+
+// internLocked returns a long-lived copy of s (at most maxStoredLen
+// bytes), shared between records and with an intern id while the table
+// has room.
+func (a *Aggregator) internLocked(s string) ref {
+	if s == "" {
+		return ref{}
+	}
+	if len(s) > maxStoredLen {
+		s = s[:maxStoredLen]
+	}
+	if id, ok := a.tab.ids[s]; ok {
+		return ref{s: a.tab.get(id), id: id}
+	}
+	v := strings.Clone(s)
+	_, id := a.tab.add(v)
+	return ref{s: v, id: id}
 }

@@ -1,0 +1,225 @@
+package state
+
+import (
+	"strings"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// Applying one event: the figures it counts (per class, per step, per
+// key, hot keys) and the hold it begins, ends or renews (holds.go).
+
+// leaseOf returns a long-lived copy of lease, shared with k's hold when equal.
+func leaseOf(k *keyState, lease string) string {
+	switch {
+	case lease == "":
+		return ""
+	case lease == k.lease:
+		return k.lease
+	}
+	if p := k.prevOf(lease, ""); p != nil && p.lease == lease {
+		return p.lease
+	}
+	if len(lease) > maxStoredLen {
+		lease = lease[:maxStoredLen]
+	}
+	return strings.Clone(lease)
+}
+
+// applyLocked applies one event; now is the collector's clock.
+func (a *Aggregator) applyLocked(e *event.Event, now int64) {
+	a.applyHashedLocked(e, a.keys.hash(e.Key), now)
+}
+
+// applyHashedLocked is applyLocked with the hash of e.Key.
+func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
+	if !e.Type.Valid() {
+		a.Malformed(1)
+		return
+	}
+	if !a.muted {
+		a.tot.Events[e.Type].Inc()
+	}
+	a.eventsTotal++
+	ts := e.TS
+	if ts <= 0 || ts > now {
+		ts = now
+	}
+	if ts > a.evMax {
+		a.evMax, a.evAt = ts, now
+	}
+	if e.Type == event.Dropped {
+		if e.Count > 0 {
+			a.dropped += e.Count
+			if !a.muted {
+				a.tot.Dropped.Add(float64(e.Count))
+			}
+		}
+		return
+	}
+	sh := a.keys.shardOf(h)
+	sh.mu.Lock()
+	k := a.keyLocked(sh, h, e.Key)
+	c := k.class
+	var ownerRef ref
+	if e.Owner == k.owner {
+		ownerRef = ref{s: k.owner, id: k.ownerID}
+	} else {
+		ownerRef = a.internLocked(e.Owner)
+	}
+	owner := ownerRef.s
+	lease := leaseOf(k, e.Lease)
+	r := &a.recBufs[0]
+	*r = record{ts: ts, typ: e.Type, owner: ownerRef, lease: ref{s: lease}, fence: e.Fence,
+		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30))}
+	a.rec, a.recKey = r, k
+	if e.Degraded {
+		r.flags |= recDegraded
+	}
+	if e.Passive {
+		r.flags |= recPassive
+	}
+	wait := max(e.Wait, 0)
+	hold := max(e.Hold, 0)
+
+	switch e.Type {
+	case event.Waiting:
+		a.waits.add(e, c.name, ts)
+		r.who = a.internLocked(e.Holder)
+
+	case event.Acquired:
+		a.waits.end(e.Lease)
+		r.d = int64(wait)
+		r.ttlMS = int32(min(e.TTL.Milliseconds(), 1<<31-1))
+		contended := e.Attempts > 1
+		c.m.Acquisitions.Inc()
+		k.acquisitions++
+		a.cur.acquisitions++
+		if contended {
+			a.contendedLocked(k)
+		}
+		if e.Passive {
+			// The passive watch sees the SET that took the lock, never
+			// the failed SET NX before it: the wait is unknown, not zero.
+			// It stays out of wait histograms and contention ratios.
+			a.cur.passive++
+		} else {
+			a.waitLocked(k, wait, now)
+		}
+		a.observe(k, obsAcq, now, 0)
+		a.hot.record(k.key, k.hash, c.name, contended, wait, true)
+		if k.owner != "" && owner != k.owner {
+			c.m.Handoffs.Inc()
+		}
+		if a.olderAcquisitionLocked(k, lease, owner, ts, e.TTL) {
+			break
+		}
+		if k.held && !k.matches(lease, owner) {
+			a.supersedeLocked(k, ts)
+		}
+		if !k.held {
+			k.held = true
+			c.held++
+			unlink(k)
+			sh.held.pushFront(k)
+		}
+		k.owner, k.lease, k.since, k.ttl, k.fence = owner, lease, ts, max(e.TTL, 0), e.Fence
+		k.expiresAt = 0
+		if k.ttl > 0 {
+			k.expiresAt = ts + int64(k.ttl)
+			a.expiries.push(k.expiresAt, k)
+		}
+		k.degraded, k.passive, k.ended = e.Degraded, e.Passive, endNone
+		if c.oldest == 0 || ts < c.oldest {
+			c.oldest = ts
+		}
+
+	case event.Failed:
+		a.waits.end(e.Lease)
+		r.d = int64(wait)
+		r.who = a.internLocked(e.Holder)
+		reason := failureIndex(e.Reason)
+		c.m.Failures[reason].Inc()
+		k.failures++
+		a.cur.failures++
+		if reason == reasonHeld {
+			a.contendedLocked(k)
+			a.cur.refused++
+		}
+		a.waitLocked(k, wait, now)
+		a.hot.record(k.key, k.hash, c.name, reason == reasonHeld, wait, false)
+
+	case event.Released:
+		r.d = int64(hold)
+		if e.Reason == event.ReasonNotOwner {
+			c.m.Releases[1].Inc()
+			break
+		}
+		c.m.Releases[0].Inc()
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endReleased)
+
+	case event.Lost:
+		r.d = int64(hold)
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endLost)
+
+	case event.Forced:
+		r.d = int64(hold)
+		r.who = a.internLocked(e.By)
+		c.m.Forced.Inc()
+		a.cur.forced++
+		held := hold
+		if held == 0 && k.matches(lease, owner) {
+			held = time.Duration(ts - k.since)
+		}
+		a.forced.add(ForcedRelease{Key: k.key, Class: c.name, Owner: owner, By: r.who.s, Reason: r.reason.s,
+			At: time.Unix(0, ts), Held: held})
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endForced)
+
+	case event.Expired:
+		r.d = int64(hold)
+		a.expiredEventLocked(sh, k, lease, owner, ts, hold, e.Passive)
+
+	case event.Renewed:
+		r.d = int64(max(e.TTL, 0))
+		a.renewedLocked(sh, k, lease, owner, ts, max(e.TTL, 0), e)
+
+	case event.RenewFailed:
+		c.m.RenewalFailures.Inc()
+	}
+	k.lastEvent = ts
+	if k.owner == owner {
+		k.ownerID = ownerRef.id
+	}
+	// Keep both lists in order of recent activity: eviction takes the back.
+	unlink(k)
+	if k.held {
+		sh.held.pushFront(k)
+	} else {
+		sh.idle.pushFront(k)
+	}
+	a.pushLocked(k, r)
+	a.rec, a.recKey = nil, nil
+	sh.mu.Unlock()
+}
+
+func (a *Aggregator) contendedLocked(k *keyState) {
+	k.class.m.Contentions.Inc()
+	k.contentions++
+	a.cur.contentions++
+}
+
+func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64) {
+	c := k.class
+	c.m.Wait.Observe(wait.Seconds())
+	a.cur.wait.add(wait)
+	k.waitTotal += int64(wait)
+	a.observe(k, obsWait, now, wait)
+}
+
+func (a *Aggregator) holdLocked(k *keyState, hold time.Duration) {
+	k.class.m.Hold.Observe(hold.Seconds())
+	a.cur.hold.add(hold)
+	k.holdTotal += int64(hold)
+	a.observe(k, obsHold, 0, hold)
+}

@@ -1,0 +1,246 @@
+package state
+
+import (
+	"slices"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+// The lifecycle of a key's holds: how an end event (release, loss, forced
+// release) or a renewal finds the hold it refers to, and what happens to a
+// hold another lease's acquisition supersedes before its end arrives: it
+// waits among the key's pending holds until a late end event or the expiry
+// grace decides it (see the Aggregator's "Expired while held").
+
+// pendingHold is a hold superseded by another owner's acquisition that
+// came after its expiry (or an older hold, arriving late, whose TTL ran out
+// before the known hold began): expired while held unless its end event
+// (from before its expiry) arrives late. A key keeps at most maxPending of
+// them, linked through next.
+type pendingHold struct {
+	lease, owner   string
+	since, expires int64
+	counted        bool // revived before it was superseded (keyState.revived)
+	next           *pendingHold
+}
+
+// maxPending bounds the pending holds of one key: parking one more decides
+// the oldest as expired.
+const maxPending = 8
+
+// endedAlready reports whether an end event for lease/owner refers to a
+// hold whose end was already recorded.
+func (k *keyState) endedAlready(lease, owner string) bool {
+	if k.held || k.ended == endNone {
+		return false
+	}
+	if lease != "" && k.lease != "" {
+		return lease == k.lease
+	}
+	return owner == k.owner
+}
+
+// prevOf returns the superseded (pending) hold of k that lease/owner
+// refers to, or nil.
+func (k *keyState) prevOf(lease, owner string) *pendingHold {
+	for p := k.pend; p != nil; p = p.next {
+		if lease != "" && p.lease != "" {
+			if lease == p.lease {
+				return p
+			}
+		} else if owner != "" && owner == p.owner {
+			return p
+		}
+	}
+	return nil
+}
+
+// lostSlack is how early before the expiry we computed a holder may find its
+// lock gone because its TTL lapsed: the expiry is computed from the
+// renewal's event time, which is taken after Redis set the TTL (one round
+// trip later). A tenth of the TTL, between 2 ms and 1 s.
+func lostSlack(ttl time.Duration) int64 {
+	return int64(min(max(ttl/10, 2*time.Millisecond), time.Second))
+}
+
+// endEventLocked applies a released, lost or forced event: it ends the hold
+// it refers to, once. A lost event at or after the hold's expiry means the
+// TTL lapsed while held: it counts as an expiration.
+func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, how uint8) {
+	switch {
+	case k.matches(lease, owner):
+		if hold == 0 {
+			hold = time.Duration(ts - k.since)
+		}
+		if how == endLost && k.expiresAt > 0 && ts >= k.expiresAt-lostSlack(k.ttl) {
+			a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "lost")
+			return
+		}
+		a.endHoldLocked(sh, k, how, hold)
+	case k.prevOf(lease, owner) != nil:
+		p := k.prevOf(lease, owner)
+		if how == endLost && ts >= p.expires-lostSlack(time.Duration(p.expires-p.since)) {
+			a.resolvePendingLocked(k, p, true, false)
+			return
+		}
+		if hold == 0 {
+			hold = time.Duration(max(ts-p.since, 0))
+		}
+		counted := p.counted
+		a.resolvePendingLocked(k, p, false, false)
+		if !counted {
+			a.holdLocked(k, hold)
+		}
+	case !k.endedAlready(lease, owner):
+		// A hold we never saw begin (collector started mid-hold, or its
+		// start was superseded): its own figure is all there is.
+		a.holdLocked(k, hold)
+	}
+}
+
+// endHoldLocked ends k's current hold.
+func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.Duration) {
+	k.held = false
+	k.ended = how
+	k.class.held--
+	unlink(k)
+	sh.idle.pushFront(k)
+	if k.revived {
+		k.revived = false // its hold time was observed when it was declared expired
+		return
+	}
+	a.holdLocked(k, hold)
+}
+
+// supersedeLocked handles an acquisition by another lease while k is still
+// held in our view: the old hold's end has not arrived (events from
+// different emitters interleave) or never will. If the new acquisition came
+// after the old hold's expiry, the old hold may have expired while held:
+// it waits in the pending slot until its end event (released before expiry)
+// or the expiry grace decides.
+func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
+	k.held = false
+	k.class.held--
+	if k.expiresAt > 0 && ts >= k.expiresAt {
+		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived})
+	}
+	k.revived = false
+}
+
+// parkLocked adds p to k's pending holds, deciding the oldest as expired if
+// k has too many.
+func (a *Aggregator) parkLocked(k *keyState, p *pendingHold) {
+	if k.pend == nil {
+		a.pendingKeys = append(a.pendingKeys, k)
+	}
+	p.next, k.pend = k.pend, p
+	n, last := 0, p
+	for q := p; q != nil; q = q.next {
+		n, last = n+1, q
+	}
+	if n > maxPending {
+		a.resolvePendingLocked(k, last, true, false)
+	}
+}
+
+// sameHold reports whether lease/owner names k's current (or last) hold,
+// held or not.
+func (k *keyState) sameHold(lease, owner string) bool {
+	if lease != "" && k.lease != "" {
+		return lease == k.lease
+	}
+	return owner == k.owner
+}
+
+// olderAcquisitionLocked handles an acquisition, by another lease, from
+// before the start of k's current (or last) hold: it describes an older
+// hold whose events reached the stream late (each process's emitter
+// flushes on its own schedule). The caller has counted it (acquisitions,
+// wait, contention, handoff); it does not take the key from the hold we
+// know, and its end events, matching neither that hold nor the pending
+// one, observe their hold time and end nothing else. Like an in-order
+// supersede, an older hold whose TTL ran out before the known hold began
+// may have expired while held: it is parked in the pending slot (if free)
+// until its late end event or the expiry grace decides. An older hold whose
+// TTL ran past the known hold's start must have ended before it: it is
+// never counted as expired. Reports whether ts was such an acquisition.
+func (a *Aggregator) olderAcquisitionLocked(k *keyState, lease, owner string, ts int64, ttl time.Duration) bool {
+	if k.since == 0 || ts >= k.since || k.sameHold(lease, owner) || k.prevOf(lease, owner) != nil {
+		return false
+	}
+	if ttl > 0 && ts+int64(ttl) <= k.since {
+		a.parkLocked(k, &pendingHold{lease: lease, owner: owner, since: ts, expires: ts + int64(ttl)})
+	}
+	return true
+}
+
+// resolvePendingLocked decides p, one of k's superseded holds: expired, or
+// ended by an event that arrived late.
+func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, confirmed bool) {
+	at := &k.pend
+	for *at != nil && *at != p {
+		at = &(*at).next
+	}
+	if p == nil || *at == nil {
+		return
+	}
+	*at = p.next
+	p.next = nil
+	if expired && !p.counted {
+		a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
+		a.holdLocked(k, time.Duration(p.expires-p.since))
+	}
+	if k.pend == nil {
+		if i := slices.Index(a.pendingKeys, k); i >= 0 {
+			a.pendingKeys = slices.Delete(a.pendingKeys, i, i+1)
+		}
+	}
+}
+
+// renewedLocked applies a renewal: the hold's TTL and expiry move.
+func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, ts int64, ttl time.Duration, e *event.Event) {
+	setTTL := func() {
+		k.ttl = ttl
+		k.expiresAt = 0
+		if ttl > 0 {
+			k.expiresAt = ts + int64(ttl)
+			a.expiries.push(k.expiresAt, k)
+		}
+		k.degraded, k.passive = e.Degraded, e.Passive
+	}
+	switch {
+	case k.matches(lease, owner):
+		setTTL()
+	case k.prevOf(lease, owner) != nil:
+		// A late renewal of a superseded hold. If it ran past the start of
+		// the current hold, the old hold ended before that by an end event
+		// still to come (or lost), not by expiry.
+		p := k.prevOf(lease, owner)
+		if ttl <= 0 || ts+int64(ttl) > k.since {
+			a.resolvePendingLocked(k, p, false, false)
+		} else {
+			p.expires = ts + int64(ttl)
+		}
+	case k.held:
+		// Another lease holds the key in our view; a renewal cannot succeed
+		// for two leases, so keep the holder we know.
+	case k.endedAlready(lease, owner) && k.ended != endExpired:
+		// Renewed after its release: a duplicate or reordered entry.
+	default:
+		// Either the expiry we declared was wrong (a renewal succeeding
+		// proves the lock was still held; the counter keeps its count) or
+		// we never saw this hold begin: held at least since now.
+		resumed := k.endedAlready(lease, owner)
+		k.revived = resumed // only an expired hold gets here ended and renewed
+		k.held = true
+		k.class.held++
+		unlink(k)
+		sh.held.pushFront(k)
+		k.ended = endNone
+		if !resumed {
+			k.owner, k.lease, k.since, k.fence = owner, lease, ts, e.Fence
+		}
+		setTTL()
+	}
+}
