@@ -7,7 +7,9 @@
 // picture of a restarted replica from the checkpoint and the stream
 // (rebuild.go), keeps the checkpoint (checkpoint.go) and the replica's
 // presence key (presence.go) fresh, and follows keyspace notifications:
-// expirations, and the passive watch of other libraries' locks (watch.go).
+// expirations (watch.go), and the passive watch of other libraries' locks,
+// which the replica holding the watcher lease (watch_lease.go) follows
+// (watch_passive.go) and writes to the stream (watch_write.go).
 //
 // Everything read is handed to a *state.Aggregator, which keeps the state,
 // answers the queries and counts through its Metrics (the Prometheus export,

@@ -3,19 +3,19 @@ package collector
 import (
 	"context"
 	"fmt"
-	"github.com/lockscope/lockscope/collector/state"
-	"github.com/lockscope/lockscope/lock"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/collector/internal/evtest"
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/lock"
 )
 
 // The compare-and-delete redis-py's Lock.release runs (and redislock,
@@ -24,23 +24,6 @@ const luaRelease = `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.c
 
 // redis-py's Lock.extend(replace_ttl=True).
 const luaExtend = `if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end redis.call("pexpire", KEYS[1], ARGV[2]) return 1`
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
 
 func waitSynced(t *testing.T, c *running, n int64) {
 	t.Helper()
@@ -186,7 +169,8 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "collector", Password: "secret"})
 	t.Cleanup(func() { rdb.Close() })
 
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	clock := evtest.NewClock()
+	clock.Set(time.Unix(1_700_000_000, 0))
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{Now: clock.Now, ExpiryGrace: time.Second})
 	prefix := redistest.KeyPrefix(t)
