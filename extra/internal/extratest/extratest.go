@@ -1,9 +1,18 @@
 // Package extratest is the adapters' shared test support: a lock.Recorder
-// that keeps what it is given.
+// that keeps what it is given, and the benchmark loop.
 package extratest
 
 import (
+	"context"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
@@ -46,4 +55,71 @@ func (r *Recorder) Steps() []Step {
 		out = append(out, Step{e.Type, e.Key, e.Owner, e.Lease, e.Holder, e.Reason, e.Attempts})
 	}
 	return out
+}
+
+// Cycles runs b.N calls of cycle from callers goroutines (each with its own
+// index) and reports, beside the wall clock, CPU figures that other load on
+// the machine moves less: this process's CPU time per op (the library, the
+// emitter and go-redis: client-ns/op) and redis-server's (server-ns/op),
+// read from rdb's INFO.
+func Cycles(b *testing.B, rdb *redis.Client, callers int, cycle func(ctx context.Context, caller int) error) {
+	ctx := context.Background()
+	for w := range callers { // warm up the connections and the scripts
+		if err := cycle(ctx, w); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	server0, self0 := serverCPU(b, rdb), selfCPU(b)
+	b.ResetTimer()
+	for w := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := cycle(ctx, w); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatalf("cycle: %v", *err)
+	}
+	server, self := serverCPU(b, rdb)-server0, selfCPU(b)-self0
+	b.ReportMetric(float64(self.Nanoseconds())/float64(b.N), "client-ns/op")
+	b.ReportMetric(float64(server.Nanoseconds())/float64(b.N), "server-ns/op")
+}
+
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }
