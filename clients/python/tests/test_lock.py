@@ -269,3 +269,15 @@ def test_go_and_python_agree_on_values():
     assert value.holder_name(b"Zm9vYmFyYmF6cXV4MTIzNA==").startswith("redsync ")
     assert value.holder_name(b"aB3dEf7hIjKlMnOpQrStUv-meta").startswith("redislock ")
     assert value.holder_name(b"locked") == "foreign " + value.fingerprint(b"locked")[:8]
+
+
+def test_decoding_client(server, prefix, em):
+    r = redis.Redis(port=server.port, decode_responses=True)
+    key = prefix + "job"
+    lk = lockscope.Lock(r, key, timeout=10, owner="dé", emitter=em)
+    assert lk.acquire() and lk.owned()
+    assert lockscope.Lock(r, key, emitter=em).holder() == "dé"
+    assert lk.extend(1) and lk.reacquire()
+    lk.release()
+    assert [(e.type, e.owner) for e in events(em)] == [("acquired", "dé"), ("renewed", "dé"), ("renewed", "dé"),
+                                                       ("released", "dé")]
