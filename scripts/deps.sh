@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs the programs the test suite runs for real (redis-server, promtool,
 # prometheus, amtool, chromium, docker-compose, node and npm, and for the
-# Python client's tests Debian's own /usr/bin/python3 with python3-redis and
-# python3-pytest) when any is missing: with apt-get when root on Debian,
-# otherwise it prints the one command to run and fails. Then the dashboard's accessibility checkers
+# Python client's tests Debian's own /usr/bin/python3 with python3-redis,
+# python3-pytest, and pip and setuptools to install it) when any is missing:
+# with apt-get when root on Debian, otherwise it prints the one command to
+# run and fails. Then the dashboard's accessibility checkers
 # (axe-core, html-validate) from tools/a11y/package-lock.json with npm ci.
 # Go tools (templ, staticcheck) come from go.mod's tool directives.
 set -euo pipefail
@@ -25,8 +26,8 @@ for cmd in redis-server promtool prometheus amtool chromium docker-compose node 
 done
 # clients/python is tested with Debian's python3 and its packages only (no
 # PyPI in CI); a python3 earlier on PATH (pyenv) does not count.
-if ! /usr/bin/python3 -c 'import redis, pytest' >/dev/null 2>&1; then
-  need+=(python3 python3-redis python3-pytest)
+if ! { /usr/bin/python3 -c 'import redis, pytest, setuptools' && /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
+  need+=(python3 python3-redis python3-pytest python3-pip python3-setuptools)
 fi
 a11y="$(cd "$(dirname "$0")/.." && pwd)/tools/a11y"
 npm_ci() {

@@ -74,3 +74,32 @@ func TestPytest(t *testing.T) {
 	}
 	t.Log(last)
 }
+
+// TestPipInstall: the package installs with pip from its pyproject.toml
+// (offline, with Debian's setuptools: no package index is reachable in CI)
+// and imports from where it was installed.
+func TestPipInstall(t *testing.T) {
+	checkPython(t)
+	src, target := t.TempDir(), t.TempDir()
+	// A copy: the build would leave its build/ directory in the tree.
+	if err := os.CopyFS(src, os.DirFS(dir(t))); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, python, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-deps",
+		"--disable-pip-version-check", "--quiet", "--target", target, src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("pip install: %v\n%s\n(scripts/deps.sh installs python3-pip and python3-setuptools)", err, out)
+	}
+	cmd := exec.CommandContext(ctx, python, "-c", "import lockscope, lockscope.asyncio; print(lockscope.__file__, lockscope.__version__)")
+	cmd.Dir = target
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+target, "PYTHONDONTWRITEBYTECODE=1")
+	out, err = cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("import the installed package: %v\n%s", err, out)
+	}
+	if want := target + "/lockscope/__init__.py 0.1.0\n"; string(out) != want {
+		t.Errorf("installed package = %q, want %q", out, want)
+	}
+}
