@@ -39,7 +39,7 @@ func testAgg(t *testing.T, cfg state.Config) (*state.Aggregator, *prometheus.Reg
 	return agg, reg
 }
 
-// running is a Collector whose Run goroutine the test controls.
+// running is a Feeder whose Run goroutine the test controls.
 type running struct {
 	*Feeder
 	cancel context.CancelFunc
@@ -47,9 +47,9 @@ type running struct {
 	once   sync.Once
 }
 
-// startCollector runs a Collector until stop or the end of the test, and
+// startFeeder runs a Feeder until stop or the end of the test, and
 // checks that Run returns nil promptly.
-func startCollector(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *running {
+func startFeeder(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{Feeder: New(rdb, agg, opt), cancel: cancel, done: make(chan error, 1)}
@@ -130,7 +130,7 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 	return false
 }
 
-// logBuffer collects a Collector's log lines.
+// logBuffer collects a Feeder's log lines.
 type logBuffer struct{ syncbuf.Buffer }
 
 func (b *logBuffer) logger() *slog.Logger {
@@ -223,7 +223,7 @@ func TestIngestPackedAndSingleEntries(t *testing.T) {
 	xaddSingle(t, rdb, stream, single...)
 
 	agg, reg := testAgg(t, state.Config{})
-	r := startCollector(t, rdb, agg, &Options{Stream: stream})
+	r := startFeeder(t, rdb, agg, &Options{Stream: stream})
 	const total = 620
 	waitFor(t, "620 events applied", func() bool { return eventsTotal(agg) >= total })
 	waitFor(t, "ready", func() bool { return agg.Health() == nil })
@@ -298,7 +298,7 @@ func TestIngestAppliesLongReadsInPieces(t *testing.T) {
 			if replica {
 				opt.Group = ""
 			}
-			r := startCollector(t, rdb, agg, opt)
+			r := startFeeder(t, rdb, agg, opt)
 			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= int64(len(evs)) })
 			waitFor(t, "ready", func() bool { return agg.Health() == nil })
 			if !replica {
@@ -340,7 +340,7 @@ func TestIngestBackfillNegativeStartsAtEnd(t *testing.T) {
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "old"}, 5, time.Now()))
 
 	agg, _ := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
+	startFeeder(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
 	waitFor(t, "group created", func() bool {
 		g, err := rdb.XInfoGroups(context.Background(), stream).Result()
 		return err == nil && len(g) == 1
@@ -377,7 +377,7 @@ func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
 
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
-	r := startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
+	r := startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
 	waitFor(t, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
 	waitFor(t, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
 	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -447,7 +447,7 @@ func TestIngestReplacementClaimsDeadConsumer(t *testing.T) {
 			const total = 10 * 80
 
 			agg, reg := testAgg(t, state.Config{})
-			startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
+			startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
 			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= total })
 			// Once nothing is pending, nothing can be delivered again.
 			waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -471,7 +471,7 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now())) // 100 events
 	}
 	agg, _ := testAgg(t, state.Config{})
-	r := startCollector(t, rdb, agg, &Options{Stream: stream})
+	r := startFeeder(t, rdb, agg, &Options{Stream: stream})
 	waitFor(t, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
 	waitFor(t, "ready", func() bool { return agg.Health() == nil })
 
@@ -519,7 +519,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 		xaddSingle(t, rdb, stream, ev(i))
 	}
 	first, _ := testAgg(t, state.Config{})
-	r := startCollector(t, rdb, first, &Options{Stream: stream})
+	r := startFeeder(t, rdb, first, &Options{Stream: stream})
 	waitFor(t, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
 	// The 5 are applied by the start-up replay, before the group exists:
 	// stop only once the group records what was read.
@@ -542,7 +542,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
+	startFeeder(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
 	waitFor(t, "3 events after the gap applied", func() bool { return eventsTotal(agg) >= 3 })
 	waitFor(t, "gap reported", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") > 0 })
 	if got := metric(t, reg, "lockscope_stream_gap_entries_total"); got != 10 {
@@ -582,7 +582,7 @@ func TestIngestPendingEntriesTrimmedAreAGap(t *testing.T) {
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "b"}, 1, time.Now()))
 
 	agg, reg := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
+	startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
 	waitFor(t, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
 	waitFor(t, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
 	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -655,7 +655,7 @@ func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, _ := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Count: 1, ClaimMinIdle: time.Millisecond})
+	startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Count: 1, ClaimMinIdle: time.Millisecond})
 	// Entries big enough that the applier is the bottleneck: one is
 	// always in flight when the claim runs.
 	keys := keyList(prefix, 50)

@@ -22,7 +22,7 @@ func TestWaitersLive(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, reg := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "w"})
+	startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "w"})
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 	t.Cleanup(func() { em.Close(ctx) })
 	key := prefix + "inventory:1"
@@ -86,7 +86,7 @@ func TestDeadlockDetected(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, reg := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "d"})
+	startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "d"})
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 	t.Cleanup(func() { em.Close(ctx) })
 	x, y := prefix+"x", prefix+"y"

@@ -48,7 +48,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	}
 
 	agg, reg := testAgg(t, state.Config{})
-	c := startCollector(t, rdb, agg, &Options{
+	c := startFeeder(t, rdb, agg, &Options{
 		Stream: prefix + "events",
 		Watch:  []string{prefix + "py:*", prefix + "nx:*", prefix + "*"}, // overlapping on purpose
 	})
@@ -175,7 +175,7 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 	agg, reg := testAgg(t, state.Config{Now: clock.Now, ExpiryGrace: time.Second})
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
-	c := startCollector(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
+	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
 	waitSynced(t, c, 1)
 
 	lines := logs.lines("cannot read or set notify-keyspace-events")
@@ -204,7 +204,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	ctx := context.Background()
 	var logs logBuffer
 	agg, _ := testAgg(t, state.Config{})
-	c := startCollector(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
+	c := startFeeder(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
 	waitSynced(t, c, 1)
 
 	flags := func() string {
@@ -257,7 +257,7 @@ func TestWatchMiniredisHasNoNotifications(t *testing.T) {
 
 	var logs logBuffer
 	agg, _ := testAgg(t, state.Config{})
-	startCollector(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
+	startFeeder(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
 	waitFor(t, "events applied from miniredis", func() bool { return eventsTotal(agg) >= 40 })
 	waitFor(t, "log about missing notifications", func() bool { return len(logs.lines("sends no keyspace notifications")) == 1 })
 	xaddPacked(t, rdb, "events", lockEvents([]string{"c"}, 5, time.Now()))
@@ -299,7 +299,7 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 			ctx := context.Background()
 			stream := "lockscope:events"
 			agg, _ := testAgg(t, state.Config{StuckAfter: time.Second})
-			c := startCollector(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{"*"}, WatchNoTTL: noTTL})
+			c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{"*"}, WatchNoTTL: noTTL})
 			waitSynced(t, c, 1)
 			em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 			defer em.Close(ctx)
