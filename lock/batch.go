@@ -12,22 +12,28 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher shares round trips between concurrent callers. A caller that finds
-// no round trip in flight, and whose deadline the client enforces (or that
-// has none), sends its command directly on its own goroutine (a lone caller
-// pays nothing extra). Callers that arrive while one is in
-// flight queue up, and a flusher sends everything queued as one pipeline
-// when the wire is free again, so 64 callers cost a few round trips instead
-// of 64. The pipeline is the client's own, so single, Sentinel and Cluster
-// clients all work (a cluster pipeline splits by node).
+// batcher shares round trips between concurrent callers, keeping at most
+// limit round trips in flight; the tuner (tune.go) sets the limit from what
+// it measures on this client. A caller that finds a round trip free and
+// nobody queued, and whose deadline the client enforces (or that has none),
+// sends its command directly on its own goroutine: a lone caller, or a few,
+// pay nothing extra and use a connection each, as plain go-redis calls do.
+// Callers that find every round trip taken queue up, and a flusher sends
+// everything queued as one pipeline when a round trip is free again, so 64
+// callers cost a few round trips instead of 64. Several flushers run at once
+// when the limit is above one, each on its own connection. The pipeline is
+// the client's own, so single, Sentinel and Cluster clients all work (a
+// cluster pipeline splits by node).
 //
-// Why not go-redis's own AutoPipeliner (v9.23, experimental), as the
-// transport: measured in one run against this batcher, its async face
-// (Submit + WaitContext, which keeps deadlines) carrying our commands was
-// 0.57x at 64 callers and 0.39x with 64 callers on 16 hot keys, 1.17x at
-// 8, and a lone caller with a deadline fell to 0.7 k cycles/s; its blocking
-// face waits without the context. Nor two pipelines in flight: 0.81x at 64
-// callers, no better at 8 (BENCHMARKS.md, issue 16).
+// Why a measured limit rather than one pipeline in flight, as before issue
+// 28: with one, 8 callers queued behind each round trip while a core idled
+// (0.78 cores busy, 0.69x redislock on one host, 1.64x on another with the
+// same code). Why not go-redis's own AutoPipeliner (v9.23, experimental),
+// as the transport: measured in one run against this batcher, its async
+// face (Submit + WaitContext, which keeps deadlines) carrying our commands
+// was 0.57x at 64 callers and 0.39x with 64 callers on 16 hot keys, 1.17x
+// at 8, and a lone caller with a deadline fell to 0.7 k cycles/s; its
+// blocking face waits without the context (BENCHMARKS.md, issue 16).
 //
 // Queued callers wait on their own context: one whose context ends leaves
 // its result behind, and an obtain that succeeded after its caller left is
@@ -43,22 +49,18 @@ type batcher struct {
 	direct bool
 
 	mu       sync.Mutex
-	inflight int     // round trips in flight: a direct run or the flusher
-	queue    []*call // waiting for the next pipeline
-	spare    []*call // the previous batch's slice, reused
-	expect   int     // callers of the last batch, likely to come back
+	inflight int // round trips in flight: direct sends and pipelines
+	limit    int // how many may be in flight (tune decides)
+	tune     *tuner
+	queue    []*call   // waiting for the next pipeline
+	spare    [][]*call // finished batches' slices, reused
 
 	// noSetGet: the server refused SET ... NX GET (Redis before 7.0), so
 	// obtains without fencing run obtain.lua instead.
 	noSetGet atomic.Bool
 }
 
-// maxInFlight is the number of round trips in flight at once. One keeps the
-// batches deep; two (on two connections) measured no faster on two cores,
-// where Redis and the Go process share the CPUs.
-const maxInFlight = 1
-
-// holdMax bounds the flusher's wait for returning callers (see flush).
+// holdMax bounds a flusher's wait for returning callers (see flush).
 const holdMax = 50 * time.Microsecond
 
 const (
@@ -75,7 +77,8 @@ type call struct {
 	keys   []string
 	args   []any
 	cmd    *redis.Cmd
-	get    bool // the SET obtain carries GET
+	get    bool      // the SET obtain carries GET
+	start  time.Time // when the caller queued it
 	state  atomic.Int32
 	done   chan struct{} // capacity 1: the flusher never blocks on it
 }
@@ -83,7 +86,25 @@ type call struct {
 var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
 
 func newBatcher(rdb redis.UniversalClient) *batcher {
-	return &batcher{rdb: rdb, direct: contextTimeouts(rdb)}
+	t := newTuner(poolSize(rdb))
+	return &batcher{rdb: rdb, direct: contextTimeouts(rdb), tune: t, limit: t.limit}
+}
+
+// poolSize returns how many connections rdb keeps per node: the most round
+// trips in flight worth having, since a direct send beyond it would wait
+// for a connection.
+func poolSize(rdb redis.UniversalClient) int {
+	n := 0
+	switch c := rdb.(type) {
+	case *redis.Client:
+		n = c.Options().PoolSize
+	case *redis.ClusterClient:
+		n = c.Options().PoolSize
+	}
+	if n <= 0 {
+		n = 10 * runtime.GOMAXPROCS(0) // go-redis's default
+	}
+	return n
 }
 
 // contextTimeouts reports whether rdb stops calls at their context's deadline.
@@ -167,25 +188,27 @@ var errSetGetUnsupported = errors.New("lock: this Redis does not support SET NX 
 // ended first: c then belongs to the flusher, which hands a late obtain to
 // late.
 func (b *batcher) exchange(ctx context.Context, c *call) bool {
+	c.start = time.Now()
 	b.mu.Lock()
-	// A context that never ends cannot be honoured any better by waiting
-	// on it, so such a lone caller saves the hand-off to the flusher.
-	if b.inflight == 0 && (b.direct || ctx.Done() == nil) {
+	// While a round trip is free and nobody queues, a caller sends on its
+	// own goroutine: with few callers each call is a plain round trip on
+	// its own connection, with no hand-off. Only a caller whose deadline
+	// the client enforces may (see direct); a context that never ends
+	// cannot be honoured any better by waiting on it.
+	if len(b.queue) == 0 && b.inflight < b.limit && (b.direct || ctx.Done() == nil) {
 		b.inflight++
 		b.mu.Unlock()
 		b.send(ctx, c)
+		now := time.Now()
 		b.mu.Lock()
-		if len(b.queue) > 0 {
-			go b.flush() // takes over our slot
-		} else {
-			b.inflight--
-		}
+		b.limit = b.tune.observe(now, 1, now.Sub(c.start))
+		b.finish()
 		b.mu.Unlock()
 		return true
 	}
 	c.state.Store(callWaiting)
 	b.queue = append(b.queue, c)
-	if b.inflight < maxInFlight {
+	if b.inflight < b.limit {
 		b.inflight++
 		go b.flush()
 	}
@@ -202,6 +225,18 @@ func (b *batcher) exchange(ctx context.Context, c *call) bool {
 	return true
 }
 
+// finish ends a direct round trip: its slot goes to a new flusher if
+// callers queued meanwhile, unless more round trips than the limit are in
+// flight (the limit went down); those others then carry the queue. The
+// caller holds b.mu.
+func (b *batcher) finish() {
+	if len(b.queue) > 0 && b.inflight <= b.limit {
+		go b.flush()
+		return
+	}
+	b.inflight--
+}
+
 // send runs one call on the caller's goroutine.
 func (b *batcher) send(ctx context.Context, c *call) {
 	if c.script != nil {
@@ -211,24 +246,31 @@ func (b *batcher) send(ctx context.Context, c *call) {
 	_ = b.rdb.Process(ctx, c.cmd) // the error stays on the command
 }
 
+// flush sends what callers queued, as one pipeline per round trip, until
+// the queue is empty; several flushers run at once when the limit allows,
+// each on its own connection.
 func (b *batcher) flush() {
 	b.mu.Lock()
-	batch := b.spare
-	b.spare = nil
+	var batch []*call
+	if n := len(b.spare); n > 0 {
+		batch, b.spare = b.spare[n-1], b.spare[:n-1]
+	}
+	expect := 0 // callers of this flusher's last batch, likely to come back
 	for {
 		// In a busy closed loop the callers of the last batch come
 		// straight back with their next command: let them run (they were
 		// just woken, mostly on this thread) and wait while the queue
 		// grows, so that the next round trip carries them all instead of
 		// the first few. Callers that go off to do work do not come back
-		// that fast: two yields without a new arrival end the wait. It
-		// also runs when nobody is queued yet: exiting then would let the
-		// first to return send alone on its own goroutine and the rest
-		// queue behind it. A timed wait (50 µs, then 32 batches without
-		// waiting after a wait in vain) measured 0.83x at 8 callers and
-		// 0.73x with 64 callers on 16 hot keys (BENCHMARKS.md, issue 16).
+		// that fast: two yields without a new arrival end the wait. A
+		// timed wait (50 µs, then 32 batches without waiting after a wait
+		// in vain) measured 0.83x at 8 callers and 0.73x with 64 callers
+		// on 16 hot keys (BENCHMARKS.md, issue 16). Only the callers that
+		// find every round trip taken queue (this flusher's counts), so
+		// the wait captures them only while the limit binds; and not
+		// after a batch of one, whose caller then sends on its own.
 		var start time.Time // read only if there is a wait
-		for idle := 0; len(b.queue) < b.expect && idle < 2; {
+		for idle := 0; expect > 1 && len(b.queue) < expect && idle < 2; {
 			if start.IsZero() {
 				start = time.Now()
 			} else if time.Since(start) >= holdMax {
@@ -248,10 +290,15 @@ func (b *batcher) flush() {
 			break
 		}
 		batch, b.queue = b.queue, batch[:0]
-		b.expect = len(batch)
+		expect = len(batch)
 		b.mu.Unlock()
 
 		b.exec(batch)
+		now := time.Now()
+		var lat time.Duration
+		for _, c := range batch {
+			lat += now.Sub(c.start) // before the caller may reuse c
+		}
 		for i, c := range batch {
 			batch[i] = nil
 			if c.state.CompareAndSwap(callWaiting, callDone) {
@@ -261,12 +308,13 @@ func (b *batcher) flush() {
 			}
 		}
 		b.mu.Lock()
+		b.limit = b.tune.observe(now, len(batch), lat)
+		if b.inflight > b.limit {
+			break // the limit went down: the others carry the queue
+		}
 	}
 	b.inflight--
-	b.expect = 0
-	if b.spare == nil {
-		b.spare = batch[:0]
-	}
+	b.spare = append(b.spare, batch[:0])
 	b.mu.Unlock()
 }
 

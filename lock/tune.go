@@ -1,0 +1,156 @@
+package lock
+
+import "time"
+
+// tuner chooses how many round trips a batcher keeps in flight, by
+// measurement on the running client rather than by a constant.
+//
+// Why: the best number depends on the host, not on the code. Where Redis
+// and the client share two cores, one pipeline in flight makes them take
+// turns, and with 8 callers a core idled while callers queued behind a
+// round trip (0.69x redislock there, 1.64x on another host with the same
+// code: issue 28). Where the machine is loaded, or with 64 callers, every
+// extra round trip costs a wake-up and a few syscalls on both sides, and
+// deep batches win. A constant tuned on one host loses on the next.
+//
+// How: the objective is the mean latency of the calls (from the caller's
+// arrival to its reply), which a closed loop of callers turns into
+// throughput (Little's law) and an open loop feels directly. The tuner
+// compares its limit with a neighbour in alternating windows (limit,
+// neighbour, limit, ...), the way benchmarks on a shared machine
+// interleave two binaries: a slow phase of the machine then hits both
+// alike. It moves to the neighbour if that was faster: by a margin when
+// the neighbour has more round trips in flight, at all when it has fewer
+// (fewer round trips cost less CPU on both sides, so a tie goes to them).
+// After a move it probes on in the same direction at once; after a round
+// that kept the limit it rests, twice as long each time up to maxRest
+// windows, so a settled client spends little time on worse neighbours.
+//
+// A window closes after winCalls calls and winMin of time, whichever
+// comes later: enough calls that a window's mean is not one slow wake-up,
+// and longer than a scheduler time slice on a busy host.
+type tuner struct {
+	limit int // the limit being measured now (the probe during its windows)
+	base  int // the settled limit
+	probe int // the neighbour under comparison; 0 while resting
+	max   int
+
+	win   int           // windows closed in this round
+	n     int           // calls completed in the current window
+	lat   time.Duration // their summed latency
+	start time.Time     // the current window's opening
+	sum   [2]time.Duration
+	cnt   [2]int
+	last  float64 // mean latency of the round's last window of base
+	wins  int     // pairs in which the probe beat base
+
+	rest    int  // windows left before the next round
+	restLen int  // the next rest, doubled after each round that kept base
+	down    bool // the next round probes below base
+	stride  int  // how far the next probe goes; 0: about a quarter of base
+}
+
+const (
+	winCalls   = 200
+	winMin     = 2 * time.Millisecond
+	roundPairs = 4    // windows per arm in one round
+	upMargin   = 0.03 // a neighbour with more round trips must be this much faster
+	maxRest    = 64   // windows
+)
+
+func newTuner(max int) *tuner {
+	return &tuner{limit: 1, base: 1, max: max}
+}
+
+// step returns the neighbour of l to probe: stride away after a move (which
+// doubles at each move in a row, so a client far from its best gets there in
+// a few rounds), else about a quarter away, at least one.
+func (t *tuner) step(l int, down bool) int {
+	d := t.stride
+	if d == 0 {
+		d = max(1, l/4)
+	}
+	if down {
+		return max(1, l-d)
+	}
+	return min(t.max, l+d)
+}
+
+// observe counts n calls completed at now, whose latencies sum to lat, and
+// returns the limit to use from now on.
+func (t *tuner) observe(now time.Time, n int, lat time.Duration) int {
+	if t.start.IsZero() {
+		t.start = now
+	}
+	t.n += n
+	t.lat += lat
+	if t.n < winCalls || now.Sub(t.start) < winMin {
+		return t.limit
+	}
+	n, lat = t.n, t.lat
+	t.n, t.lat, t.start = 0, 0, now
+
+	if t.probe == 0 {
+		if t.rest > 0 {
+			t.rest--
+			return t.limit
+		}
+		t.probe = t.step(t.base, t.down)
+		if t.probe == t.base {
+			t.down = !t.down
+			t.probe = t.step(t.base, t.down)
+		}
+		if t.probe == t.base { // max is 1: nothing to compare
+			t.probe, t.rest = 0, maxRest
+			return t.limit
+		}
+		t.win, t.wins, t.sum, t.cnt = 0, 0, [2]time.Duration{}, [2]int{}
+		t.limit = t.base // the first window of a round measures base
+		return t.limit
+	}
+
+	arm := t.win % 2
+	t.sum[arm] += lat
+	t.cnt[arm] += n
+	t.win++
+	margin := 1.0
+	if t.probe > t.base {
+		margin = 1 - upMargin
+	}
+	if mean := float64(lat) / float64(n); arm == 0 {
+		t.last = mean
+	} else if mean < t.last*margin {
+		t.wins++
+	}
+	if t.win < 2*roundPairs {
+		t.limit = t.base
+		if t.win%2 == 1 {
+			t.limit = t.probe
+		}
+		return t.limit
+	}
+
+	baseMean := float64(t.sum[0]) / float64(t.cnt[0])
+	probeMean := float64(t.sum[1]) / float64(t.cnt[1])
+	if t.wins == roundPairs && probeMean < baseMean*margin {
+		t.down = t.probe < t.base // keep going the same way
+		t.stride = 2 * abs(t.probe-t.base)
+		t.base = t.probe
+		t.rest, t.restLen = 0, 0
+	} else {
+		t.down = !t.down
+		t.stride = 0
+		t.restLen = min(max(1, 2*t.restLen), maxRest)
+		t.rest = t.restLen
+	}
+	t.probe = 0
+	t.limit = t.base
+	return t.limit
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
