@@ -137,7 +137,7 @@ func TestDirectAndBatched(t *testing.T) {
 	rdb.AddHook(hook)
 	c := New(rdb, &Options{Owner: "flight"})
 	const limit = 3
-	c.batch.tune.max = limit // the tuner may go no higher
+	c.batch.tune, c.batch.limit = newTuner(limit), limit // the tuner may go no higher
 	p := redistest.KeyPrefix(t)
 	cycles(t, c, p+"warm-up:", 1, 1) // scripts loaded, a connection open
 	hook.reset()

@@ -15,16 +15,21 @@ import "time"
 //
 // How: the objective is the mean latency of the calls (from the caller's
 // arrival to its reply), which a closed loop of callers turns into
-// throughput (Little's law) and an open loop feels directly. The tuner
-// compares its limit with a neighbour in alternating windows (limit,
-// neighbour, limit, ...), the way benchmarks on a shared machine
+// throughput (Little's law) and an open loop feels directly. A client
+// starts with every round trip the pool allows, so callers send on their
+// own as plain go-redis calls do, and batching has to earn its place. The
+// tuner compares its limit with another in a round of alternating windows
+// (limit, probe, limit, ...), the way benchmarks on a shared machine
 // interleave two binaries: a slow phase of the machine then hits both
-// alike. It moves to the neighbour if that was faster: by a margin when
-// the neighbour has more round trips in flight, at all when it has fewer
-// (fewer round trips cost less CPU on both sides, so a tie goes to them).
-// After a move it probes on in the same direction at once; after a round
-// that kept the limit it rests, twice as long each time up to maxRest
-// windows, so a settled client spends little time on worse neighbours.
+// alike. It moves to the probe only if the probe won every pair of the
+// round and on the whole, by a margin when it has more round trips in
+// flight (fewer cost less CPU on both sides, so they win ties): on a noisy
+// host it then stays put rather than wander. The probe is a neighbour
+// about a quarter away, or, in the first round and every third, the far
+// end (see far). After a move it probes on in the same direction at once,
+// twice as far; after a round that kept the limit it rests, twice as long
+// each time up to maxRest windows, so a settled client spends little time
+// on worse limits.
 //
 // A window closes after winCalls calls and winMin of time, whichever
 // comes later: enough calls that a window's mean is not one slow wake-up,
@@ -48,18 +53,19 @@ type tuner struct {
 	restLen int  // the next rest, doubled after each round that kept base
 	down    bool // the next round probes below base
 	stride  int  // how far the next probe goes; 0: about a quarter of base
+	rounds  int  // rounds begun: the first, and every third after it, probe far
 }
 
 const (
 	winCalls   = 200
 	winMin     = 2 * time.Millisecond
-	roundPairs = 4    // windows per arm in one round
+	roundPairs = 4    // pairs of windows (limit, probe) in one round
 	upMargin   = 0.03 // a neighbour with more round trips must be this much faster
 	maxRest    = 64   // windows
 )
 
 func newTuner(max int) *tuner {
-	return &tuner{limit: 1, base: 1, max: max}
+	return &tuner{limit: max, base: max, max: max}
 }
 
 // step returns the neighbour of l to probe: stride away after a move (which
@@ -74,6 +80,20 @@ func (t *tuner) step(l int, down bool) int {
 		return max(1, l-d)
 	}
 	return min(t.max, l+d)
+}
+
+// far returns the other end of the range from base: all round trips the
+// pool allows (every caller sends on its own, as plain go-redis calls do)
+// from the lower half, one (every call but a lone one batched) from the
+// upper. The landscape is not smooth between them: with 8 callers, 2 to 7
+// round trips in flight measured within a few percent of each other, all
+// well below 8, where no caller queues any more (issue 28). A neighbour
+// search alone would stop short of the jump.
+func (t *tuner) far() int {
+	if 2*t.base <= t.max {
+		return t.max
+	}
+	return 1
 }
 
 // observe counts n calls completed at now, whose latencies sum to lat, and
@@ -95,7 +115,12 @@ func (t *tuner) observe(now time.Time, n int, lat time.Duration) int {
 			t.rest--
 			return t.limit
 		}
-		t.probe = t.step(t.base, t.down)
+		t.rounds++
+		if t.stride == 0 && t.rounds%3 == 1 {
+			t.probe = t.far()
+		} else {
+			t.probe = t.step(t.base, t.down)
+		}
 		if t.probe == t.base {
 			t.down = !t.down
 			t.probe = t.step(t.base, t.down)
@@ -135,6 +160,10 @@ func (t *tuner) observe(now time.Time, n int, lat time.Duration) int {
 	if t.wins == roundPairs && probeMean < baseMean*margin {
 		t.down = t.probe < t.base // keep going the same way
 		t.stride = 2 * abs(t.probe-t.base)
+		if t.probe == t.far() {
+			// From the other end, refine back towards where it came from.
+			t.down, t.stride = !t.down, 0
+		}
 		t.base = t.probe
 		t.rest, t.restLen = 0, 0
 	} else {
