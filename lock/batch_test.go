@@ -163,6 +163,12 @@ func TestDirectAndBatched(t *testing.T) {
 	}
 	t.Logf("32 callers: %d single round trips, %d pipelines carrying %d commands; limit %d", single, pipes, piped, c.batch.limit)
 
+	eventually(t, 3*time.Second, "the crowd's flushers done", func() bool {
+		c.batch.mu.Lock()
+		defer c.batch.mu.Unlock()
+		return c.batch.inflight == 0
+	})
+	hook.reset()
 	cycles(t, c, p+"alone-again:", 1, 50)
 	if s, pipes := hook.single.Load(), hook.pipes.Load(); s != 150 || pipes != 0 {
 		t.Errorf("lone caller after the crowd: %d single round trips and %d pipelines, want 150 and 0", s, pipes)

@@ -190,10 +190,10 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			holder, reason, cause = h, event.ReasonHeld, nil
 		}
 		if err != nil {
-			if ctx.Err() != nil {
+			if cerr := ended(ctx); cerr != nil {
 				// The script may have run: free the key if it did.
 				go releaseOrphan(c.rdb, key, a.headArg)
-				return nil, holder, c.fail(&a, holder, ctxReason(ctx), ctx.Err())
+				return nil, holder, c.fail(&a, holder, ctxReason(ctx), cerr)
 			}
 			if c.local != nil && unreachable(err) {
 				var fence int64
@@ -288,10 +288,26 @@ func final(err error) bool {
 }
 
 func ctxReason(ctx context.Context) string {
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if errors.Is(ended(ctx), context.DeadlineExceeded) {
 		return event.ReasonTimeout
 	}
 	return event.ReasonCanceled
+}
+
+// ended returns ctx's error, or context.DeadlineExceeded once its deadline
+// has passed even if its timer has not fired yet: a client that enforces
+// deadlines itself (ContextTimeoutEnabled) sets the connection's deadline
+// to the context's, and its "i/o timeout" can come back a moment before
+// ctx.Err() says so. Such a call ended by its deadline, and a SET it sent
+// may have run.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) error {

@@ -22,14 +22,16 @@ import "time"
 // (limit, probe, limit, ...), the way benchmarks on a shared machine
 // interleave two binaries: a slow phase of the machine then hits both
 // alike. It moves to the probe only if the probe won every pair of the
-// round and on the whole, by a margin when it has more round trips in
-// flight (fewer cost less CPU on both sides, so they win ties): on a noisy
-// host it then stays put rather than wander. The probe is a neighbour
+// round and on the whole, by a margin: 3 % when it has more round trips in
+// flight, 1 % when fewer (fewer cost less CPU on both sides, so they win
+// near-ties); on a noisy host or where the limit makes no difference it
+// then stays put rather than wander. The probe is a neighbour
 // about a quarter away, or, in the first round and every third, the far
 // end (see far). After a move it probes on in the same direction at once,
-// twice as far; after a round that kept the limit it rests, twice as long
-// each time up to maxRest windows, so a settled client spends little time
-// on worse limits.
+// twice as far. A round ends at the first pair the probe loses, so a bad
+// probe costs one window, not four; after a round that kept the limit the
+// tuner rests, twice as long each time up to maxRest windows, so a settled
+// client spends little time on worse limits.
 //
 // A window closes after winCalls calls and winMin of time, whichever
 // comes later: enough calls that a window's mean is not one slow wake-up,
@@ -60,8 +62,9 @@ const (
 	winCalls   = 200
 	winMin     = 2 * time.Millisecond
 	roundPairs = 4    // pairs of windows (limit, probe) in one round
-	upMargin   = 0.03 // a neighbour with more round trips must be this much faster
-	maxRest    = 64   // windows
+	upMargin   = 0.03 // a probe with more round trips in flight must be this much faster
+	downMargin = 0.01 // and one with fewer this much: noise alone rarely moves the limit
+	maxRest    = 128  // windows
 )
 
 func newTuner(max int) *tuner {
@@ -138,16 +141,19 @@ func (t *tuner) observe(now time.Time, n int, lat time.Duration) int {
 	t.sum[arm] += lat
 	t.cnt[arm] += n
 	t.win++
-	margin := 1.0
+	margin := 1 - downMargin
 	if t.probe > t.base {
 		margin = 1 - upMargin
 	}
+	lost := false
 	if mean := float64(lat) / float64(n); arm == 0 {
 		t.last = mean
 	} else if mean < t.last*margin {
 		t.wins++
+	} else {
+		lost = true // a move needs every pair: the round is decided
 	}
-	if t.win < 2*roundPairs {
+	if !lost && t.win < 2*roundPairs {
 		t.limit = t.base
 		if t.win%2 == 1 {
 			t.limit = t.probe
@@ -157,7 +163,7 @@ func (t *tuner) observe(now time.Time, n int, lat time.Duration) int {
 
 	baseMean := float64(t.sum[0]) / float64(t.cnt[0])
 	probeMean := float64(t.sum[1]) / float64(t.cnt[1])
-	if t.wins == roundPairs && probeMean < baseMean*margin {
+	if !lost && probeMean < baseMean*margin {
 		t.down = t.probe < t.base // keep going the same way
 		t.stride = 2 * abs(t.probe-t.base)
 		if t.probe == t.far() {
