@@ -350,14 +350,18 @@ func (b *batcher) exec(batch []*call) {
 // nobody until its TTL.
 func late(rdb redis.UniversalClient, c *call) {
 	obtained := false
+	var ttlMs any
 	switch c.script {
 	case nil:
 		obtained, _, _ = setObtainReply(c.cmd, c.args[0].(string), c.get)
+		ttlMs = c.cmd.Args()[5] // set key value nx px ttl [get]
 	case obtainScript:
 		_, obtained = c.cmd.Val().(int64)
 		obtained = obtained && c.cmd.Err() == nil
+		ttlMs = c.args[2] // head, tail, ttl
 	}
 	if obtained {
-		go releaseOrphan(rdb, c.keys[0], c.args[0])
+		ms, _ := ttlMs.(int64)
+		go releaseOrphan(rdb, c.keys[0], c.args[0], time.Duration(ms)*time.Millisecond)
 	}
 }

@@ -232,7 +232,7 @@ func TestResultsUnderCancellation(t *testing.T) {
 			c := New(rdb, &Options{Owner: "cancel"})
 			p := redistest.KeyPrefix(t)
 
-			const callers, n = 24, 150
+			const callers, n = 24, 60
 			var wg sync.WaitGroup
 			var got, gaveUp atomic.Int64
 			for w := range callers {

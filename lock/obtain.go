@@ -192,7 +192,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		if err != nil {
 			if cerr := ended(ctx); cerr != nil {
 				// The script may have run: free the key if it did.
-				go releaseOrphan(c.rdb, key, a.headArg)
+				go releaseOrphan(c.rdb, key, a.headArg, a.ttl)
 				return nil, holder, c.fail(&a, holder, ctxReason(ctx), cerr)
 			}
 			if c.local != nil && unreachable(err) {
@@ -375,9 +375,15 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 	return l
 }
 
-// releaseOrphan deletes a lock taken for a caller that stopped waiting.
-func releaseOrphan(rdb redis.UniversalClient, key string, head any) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+// releaseOrphan deletes a lock taken for a caller that stopped waiting. It
+// tries for as long as the lock can live (ttl): a release that comes late
+// still frees the key before its TTL would, and after it the script finds
+// the key gone or another holder's and changes nothing. (One second, as
+// before, was not enough when thousands of callers gave up at once on a
+// busy machine: the releases waited for connections and the keys stayed
+// held by nobody until their TTL.)
+func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(ttl, time.Second))
 	defer cancel()
 	releaseScript.Run(ctx, rdb, []string{key}, head)
 }
