@@ -360,6 +360,14 @@ func late(rdb redis.UniversalClient, c *call) {
 		obtained = obtained && c.cmd.Err() == nil
 		ttlMs = c.args[2] // head, tail, ttl
 	}
+	// A reply lost on the way (a timeout, a broken connection) says
+	// nothing of whether the obtain ran: release it all the same. The
+	// release deletes only a value with this call's head, so it is safe
+	// if the obtain never ran.
+	var re redis.Error
+	if err := c.cmd.Err(); err != nil && !errors.As(err, &re) {
+		obtained = true
+	}
 	if obtained {
 		ms, _ := ttlMs.(int64)
 		go releaseOrphan(rdb, c.keys[0], c.args[0], time.Duration(ms)*time.Millisecond)

@@ -382,11 +382,29 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 // before, was not enough when thousands of callers gave up at once on a
 // busy machine: the releases waited for connections and the keys stayed
 // held by nobody until their TTL.)
+//
+// It tries again while the answer is lost on the way (the obtain's reply
+// was often lost the same way, on a stalled or broken connection), until
+// Redis answers or the time is up.
 func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(ttl, time.Second))
 	defer cancel()
-	releaseScript.Run(ctx, rdb, []string{key}, head)
+	for {
+		err := releaseScript.Run(ctx, rdb, []string{key}, head).Err()
+		var re redis.Error
+		if err == nil || errors.As(err, &re) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(orphanRetry):
+		}
+	}
 }
+
+// orphanRetry is the pause between two tries of releaseOrphan.
+const orphanRetry = 100 * time.Millisecond
 
 var localFenceState struct {
 	sync.Mutex
