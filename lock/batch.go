@@ -365,11 +365,12 @@ func late(rdb redis.UniversalClient, c *call) {
 	// release deletes only a value with this call's head, so it is safe
 	// if the obtain never ran.
 	var re redis.Error
+	unsure := false
 	if err := c.cmd.Err(); err != nil && !errors.As(err, &re) {
-		obtained = true
+		unsure = true
 	}
-	if obtained {
+	if obtained || unsure {
 		ms, _ := ttlMs.(int64)
-		go releaseOrphan(rdb, c.keys[0], c.args[0], time.Duration(ms)*time.Millisecond)
+		go releaseOrphan(rdb, c.keys[0], c.args[0], time.Duration(ms)*time.Millisecond, unsure)
 	}
 }

@@ -241,10 +241,14 @@ func TestResultsUnderCancellation(t *testing.T) {
 					defer wg.Done()
 					rng := rand.New(rand.NewPCG(uint64(w), 7))
 					key, owner := p+strconv.Itoa(w), "w"+strconv.Itoa(w)
-					for range n {
-						// 50 µs to 20 ms, so that some calls end before any
-						// round trip and others finish, however busy the host.
+					for i := range n {
+						// 50 µs to 20 ms: calls end before their round trip,
+						// on the wire, or after it. Every fourth has 10 s,
+						// so that some finish however busy the host is.
 						d := time.Duration(50*math.Pow(400, rng.Float64())) * time.Microsecond
+						if i%4 == 3 {
+							d = 10 * time.Second
+						}
 						ctx, cancel := context.WithTimeout(context.Background(), d)
 						l, err := c.Obtain(ctx, key, time.Minute, &ObtainOptions{Owner: owner})
 						cancel()

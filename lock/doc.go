@@ -15,10 +15,14 @@
 // GET then EXPIRE.
 //
 // Any redis.UniversalClient works: single node, Sentinel (failover) or
-// Cluster. Concurrent callers of one Client share round trips: while one
-// command is on the wire, others queue and go out together as one pipeline,
-// so 64 goroutines cost a few round trips, not 64; a lone caller sends its
-// command directly.
+// Cluster. Concurrent callers of one Client share round trips: a Client
+// keeps a limited number of round trips in flight; a caller that finds one
+// free sends its command directly, and callers that find them all taken
+// queue and go out together as one pipeline, so 64 goroutines cost a few
+// round trips, not 64. The limit is measured, not set: each Client compares
+// limits on its own calls' latency and keeps the faster, so a few callers on
+// an idle machine each send on their own connection, while many callers, or
+// a busy machine, share deep pipelines.
 //
 // # Deadlines
 //

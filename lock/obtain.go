@@ -192,7 +192,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		if err != nil {
 			if cerr := ended(ctx); cerr != nil {
 				// The script may have run: free the key if it did.
-				go releaseOrphan(c.rdb, key, a.headArg, a.ttl)
+				go releaseOrphan(c.rdb, key, a.headArg, a.ttl, true)
 				return nil, holder, c.fail(&a, holder, ctxReason(ctx), cerr)
 			}
 			if c.local != nil && unreachable(err) {
@@ -385,20 +385,40 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 //
 // It tries again while the answer is lost on the way (the obtain's reply
 // was often lost the same way, on a stalled or broken connection), until
-// Redis answers or the time is up.
-func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Duration) {
+// Redis answers or the time is up. unsure says the obtain's own reply was
+// lost: it may not have run yet, since it went on a connection go-redis
+// has given up on and Redis may read it after this release, which goes on
+// another. Then a release that found nothing looks again twice, after
+// orphanRetry and after ten times that.
+func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Duration, unsure bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(ttl, time.Second))
 	defer cancel()
-	for {
-		err := releaseScript.Run(ctx, rdb, []string{key}, head).Err()
+	looks := 1
+	if unsure {
+		looks = 3
+	}
+	pause := orphanRetry
+	for looks > 0 {
+		n, err := releaseScript.Run(ctx, rdb, []string{key}, head).Int64()
 		var re redis.Error
-		if err == nil || errors.As(err, &re) {
+		switch {
+		case err == nil && n == 1:
+			return
+		case err == nil:
+			looks-- // nothing of ours there yet
+		case errors.As(err, &re):
+			return
+		}
+		if looks == 0 {
 			return
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(orphanRetry):
+		case <-time.After(pause):
+		}
+		if err == nil {
+			pause *= 10
 		}
 	}
 }
