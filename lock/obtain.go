@@ -406,8 +406,8 @@ func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Dur
 			return
 		case err == nil:
 			looks-- // nothing of ours there yet
-		case errors.As(err, &re):
-			return
+		case errors.As(err, &re), errors.Is(err, redis.ErrClosed):
+			return // Redis answered, or the client was closed: nobody can release
 		}
 		if looks == 0 {
 			return
