@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -66,7 +68,17 @@ func TestObtainWithoutSetGet(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	hook := &oldSetHook{}
 	rdb.AddHook(hook)
-	c := New(rdb, &Options{Owner: "old"})
+	// The holder lets go once the waiting Obtain has been refused (its
+	// waiting event), so the retries, which carry GET, must take the key
+	// however slow the host.
+	waiting := make(chan struct{})
+	var once sync.Once
+	rec := recorderFunc(func(e event.Event) {
+		if e.Type == event.Waiting {
+			once.Do(func() { close(waiting) })
+		}
+	})
+	c := New(rdb, &Options{Owner: "old", Recorder: rec})
 	p := redistest.KeyPrefix(t)
 	ctx := context.Background()
 
@@ -75,7 +87,7 @@ func TestObtainWithoutSetGet(t *testing.T) {
 		t.Fatalf("Obtain of a free key = %v (SET GET refused %d times), want the lock by a plain SET", err, hook.refused)
 	}
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		<-waiting
 		l.Release(ctx)
 	}()
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -170,3 +182,8 @@ func TestGiveUpReportsHolderTTL(t *testing.T) {
 		t.Fatalf("Obtain until the deadline = %v (holder %+v), want timeout, held by holder, TTL 0 (not read)", err, noe.Holder)
 	}
 }
+
+// recorderFunc is a Recorder calling itself.
+type recorderFunc func(event.Event)
+
+func (f recorderFunc) Record(e event.Event) { f(e) }
