@@ -496,8 +496,9 @@ func TestObtainScriptIdempotent(t *testing.T) {
 }
 
 // TestAbandonedObtainIsReleased makes callers give up while their obtain
-// waits in the batcher's queue behind a slow script: the obtains still run
-// after their callers left, and must be released, not left held by nobody.
+// waits behind a slow script (in the batcher's queue, or in Redis on
+// another connection): the obtains still run after their callers left, and
+// must be released, not left held by nobody.
 // Both kinds of obtain: a plain SET, and obtain.lua when fencing.
 func TestAbandonedObtainIsReleased(t *testing.T) {
 	for _, fencing := range []bool{false, true} {
@@ -522,8 +523,14 @@ func testAbandonedObtain(t *testing.T, fencing bool) {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 			defer cancel()
-			if _, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, &ObtainOptions{Fencing: fencing}); errors.Is(err, context.DeadlineExceeded) {
+			l, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, &ObtainOptions{Fencing: fencing})
+			switch {
+			case errors.Is(err, context.DeadlineExceeded):
 				refused.Add(1)
+			case err == nil:
+				// Sent on another connection before the slow script
+				// reached Redis (a slow host): not abandoned.
+				l.Release(context.Background())
 			}
 		}()
 	}
@@ -533,8 +540,8 @@ func testAbandonedObtain(t *testing.T, fencing bool) {
 		t.Fatal("slow script finished before the callers gave up; the test proves nothing")
 	default:
 	}
-	if n := refused.Load(); n != 20 {
-		t.Fatalf("%d of 20 queued obtains timed out, want all", n)
+	if n := refused.Load(); n < 10 {
+		t.Fatalf("%d of 20 obtains behind the slow script timed out, want most", n)
 	}
 	<-busy
 	eventually(t, 3*time.Second, "queued obtains sent", func() bool {
