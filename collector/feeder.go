@@ -81,15 +81,17 @@ type Options struct {
 	// started are counted while a long history is not replayed. 0 means 5m;
 	// negative means only events written from now on.
 	Backfill time.Duration
-	// Watch are Redis glob patterns of keys locked by other libraries
-	// (redis-py, node-redlock, redsync, redislock) to follow passively
-	// through keyspace notifications, e.g. "lock:*". nil means none; the
-	// "expired" notifications that confirm expirations are followed anyway.
+	// Watch are the keys of other libraries' locks to follow passively
+	// through keyspace notifications: Redis glob patterns, each followed by
+	// "=ttl" or "=any" to take more values for locks than the known
+	// libraries' tokens (see ParseWatch and watch_rule.go), e.g. "lock:*"
+	// or "jobs:*=ttl". nil means none; the "expired" notifications that
+	// confirm expirations are followed anyway.
 	Watch []string
-	// WatchNoTTL takes watched keys without a TTL for locks too (a redis-py
-	// Lock created without timeout). By default a key without a TTL is a
-	// plain value, not a lock: `--watch '*'` must not report configuration
-	// keys as held forever and stuck.
+	// WatchNoTTL gives the Watch patterns without a kind the kind "any":
+	// any string value is a lock, with or without a TTL. Deprecated: write
+	// "PATTERN=any"; a known library's token is a lock without a TTL
+	// anyway.
 	WatchNoTTL bool
 	// Logger receives the collector's logs. nil means slog.Default().
 	Logger *slog.Logger
@@ -143,10 +145,11 @@ func (o Options) withDefaults() Options {
 // consumer group, "expired" keyspace notifications, and the passive watch of
 // other libraries' locks.
 type Feeder struct {
-	rdb redis.UniversalClient
-	agg *state.Aggregator
-	opt Options
-	log *slog.Logger
+	rdb   redis.UniversalClient
+	agg   *state.Aggregator
+	opt   Options
+	log   *slog.Logger
+	rules []watchRule // Options.Watch parsed
 
 	running     atomic.Bool
 	noInfoShown atomic.Bool
@@ -185,10 +188,11 @@ func New(rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *Feeder
 	replica := o.Group == ""
 	o = o.withDefaults()
 	c := &Feeder{
-		rdb: rdb,
-		agg: agg,
-		opt: o,
-		log: o.Logger.With("component", "collector", "stream", o.Stream, "group", o.Group),
+		rdb:   rdb,
+		agg:   agg,
+		opt:   o,
+		log:   o.Logger.With("component", "collector", "stream", o.Stream, "group", o.Group),
+		rules: watchRules(o.Watch, o.WatchNoTTL),
 
 		replica:    replica,
 		instance:   rand.Text(),

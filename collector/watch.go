@@ -76,9 +76,9 @@ func (c *Feeder) watch(ctx context.Context) {
 	for i := range nodes {
 		// The flags of the passive watch too: any replica may take it over.
 		cfg := &notifyConfig{c: c, rdb: nodes[i].rdb, need: notifyExpired}
-		if len(c.opt.Watch) > 0 {
+		if len(c.rules) > 0 {
 			cfg.need += notifyWatch
-			cfg.what = "confirmed expirations and passive watch of " + strings.Join(c.opt.Watch, ", ")
+			cfg.what = "confirmed expirations and passive watch of " + c.watchList()
 		}
 		nodes[i].cfg = cfg
 	}
@@ -86,7 +86,7 @@ func (c *Feeder) watch(ctx context.Context) {
 	for _, n := range nodes {
 		wg.Go(func() { c.confirmExpiries(ctx, n) })
 	}
-	if len(c.opt.Watch) > 0 {
+	if len(c.rules) > 0 {
 		wg.Go(func() { c.lead(ctx, nodes) })
 	}
 	wg.Wait()
@@ -126,15 +126,15 @@ func (c *Feeder) watchNodes(ctx context.Context) ([]watchNode, error) {
 }
 
 // confirmExpiries follows one node's "expired" keyevent channel: an
-// expiration of a key the library holds is confirmed at once. Watched keys
-// are left to the passive watch, whose expired events travel through the
-// stream.
+// expiration of a key the library holds is confirmed at once. Other
+// libraries' locks are left to the passive watch, whose expired events
+// travel through the stream.
 func (c *Feeder) confirmExpiries(ctx context.Context, n watchNode) {
 	c.follow(ctx, n.rdb, []string{n.expiredChan()}, func(ctx context.Context, first bool) {
 		// A restarted Redis forgot what CONFIG SET changed.
 		n.cfg.apply(ctx)
 	}, func(_ context.Context, m *redis.Message) {
-		if c.watched(m.Payload) {
+		if c.watched(m.Payload) && c.agg.Passive(m.Payload) {
 			return
 		}
 		c.agg.KeyExpired(m.Payload)
@@ -143,12 +143,21 @@ func (c *Feeder) confirmExpiries(ctx context.Context, n watchNode) {
 
 // watched reports whether key matches one of the Watch patterns.
 func (c *Feeder) watched(key string) bool {
-	for _, p := range c.opt.Watch {
-		if glob.Match(p, key) {
+	for _, r := range c.rules {
+		if glob.Match(r.pattern, key) {
 			return true
 		}
 	}
 	return false
+}
+
+// watchList lists the Watch patterns for the logs.
+func (c *Feeder) watchList() string {
+	var ps []string
+	for _, r := range c.rules {
+		ps = append(ps, r.pattern)
+	}
+	return strings.Join(ps, ", ")
 }
 
 // follow subscribes rdb to the channel patterns and hands every message to

@@ -76,7 +76,7 @@ func (c *Feeder) lead(ctx context.Context, nodes []watchNode) {
 			bo.reset()
 			failing = ""
 			c.log.Info("this replica holds the watcher lease: it follows other libraries' locks and writes what it sees to the stream",
-				"fence", lease.Fence(), "watch", strings.Join(c.opt.Watch, ", "))
+				"fence", lease.Fence(), "watch", c.watchList())
 			c.holdWatch(lctx, nodes, lease.Fence())
 			return nil
 		})

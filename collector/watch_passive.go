@@ -43,8 +43,8 @@ type passiveWatcher struct {
 	node watchNode
 
 	spacePrefix string         // __keyspace@<db>__:
-	patterns    []string       // user patterns, deduplicated, in order
-	chanIndex   map[string]int // keyspace channel pattern -> index in patterns
+	rules       []watchRule    // Options.Watch, deduplicated, in order
+	chanIndex   map[string]int // keyspace channel pattern -> index in rules
 
 	held      map[string]*passiveHold
 	fullShown bool
@@ -66,21 +66,18 @@ func newPassiveWatcher(c *Feeder, t *term, n watchNode) *passiveWatcher {
 		chanIndex:   make(map[string]int),
 		held:        make(map[string]*passiveHold),
 	}
-	for _, p := range c.opt.Watch {
-		if _, dup := w.chanIndex[w.spacePrefix+p]; dup || p == "" {
-			continue
-		}
-		w.chanIndex[w.spacePrefix+p] = len(w.patterns)
-		w.patterns = append(w.patterns, p)
+	w.rules = c.rules
+	for i, r := range w.rules {
+		w.chanIndex[w.spacePrefix+r.pattern] = i
 	}
 	return w
 }
 
 // run follows the node's keyspace channels until ctx (the term's) ends.
 func (w *passiveWatcher) run(ctx context.Context) {
-	channels := make([]string, 0, len(w.patterns))
-	for _, p := range w.patterns {
-		channels = append(channels, w.spacePrefix+p)
+	channels := make([]string, 0, len(w.rules))
+	for _, r := range w.rules {
+		channels = append(channels, w.spacePrefix+r.pattern)
 	}
 	w.c.follow(ctx, w.node.rdb, channels, func(ctx context.Context, first bool) {
 		// A restarted Redis forgot what CONFIG SET changed, and
@@ -115,8 +112,8 @@ func (w *passiveWatcher) handle(ctx context.Context, m *redis.Message) {
 
 // patternOf returns the index of the first pattern matching key, or -1.
 func (w *passiveWatcher) patternOf(key string) int {
-	for i, p := range w.patterns {
-		if glob.Match(p, key) {
+	for i, r := range w.rules {
+		if glob.Match(r.pattern, key) {
 			return i
 		}
 	}
@@ -140,13 +137,28 @@ func (w *passiveWatcher) observe(ctx context.Context, key string) {
 	w.update(key, value, pttl.Val(), sent, false)
 }
 
-// isLock reports whether a watched key holding value with the given PTTL is
-// a lock of another library.
+// isLock reports whether a watched key holding value with the given PTTL
+// (negative: none) is a lock of another library (see watch_rule.go).
 func (w *passiveWatcher) isLock(key, value string, pttl time.Duration) bool {
 	// The library's own locks come through the stream; the collector's keys
-	// and fence counters are no locks; a key without a TTL is taken for a
-	// lock only when the user says so (WatchNoTTL).
-	return !own(value) && !w.c.internalKey(key) && (pttl >= 0 || w.c.opt.WatchNoTTL)
+	// and fence counters are no locks.
+	if own(value) || w.c.internalKey(key) {
+		return false
+	}
+	if lock.ForeignKind(value) != "" {
+		return true
+	}
+	i := w.patternOf(key)
+	if i < 0 {
+		return false
+	}
+	switch w.rules[i].kind {
+	case WatchAny:
+		return true
+	case WatchTTL:
+		return pttl >= 0
+	}
+	return false
 }
 
 // update records key's current value and TTL (PTTL reply, read after sent)
@@ -266,12 +278,13 @@ func (c *Feeder) internalKey(key string) bool {
 // first of a term also adopts the holds the state knew. It reports whether
 // the scan completed.
 func (w *passiveWatcher) resync(ctx context.Context, first bool) bool {
-	if len(w.patterns) == 0 {
+	if len(w.rules) == 0 {
 		return true
 	}
 	seen := make(map[string]bool)
 	var keys []string
-	for i, p := range w.patterns {
+	for i, r := range w.rules {
+		p := r.pattern
 		iter := w.node.rdb.Scan(ctx, 0, p, 1000).Iterator()
 		for iter.Next(ctx) {
 			if k := iter.Val(); w.patternOf(k) == i && !seen[k] {

@@ -42,21 +42,23 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 
 	// Held before the collector starts: found by the start-up rescan.
-	early := prefix + "py:early"
-	if err := rdb.Set(ctx, early, "early-token", time.Minute).Err(); err != nil {
+	early, earlyToken := prefix+"py:early", "5f0c6e1aa7e211ef9c2b0242ac120002"
+	if err := rdb.Set(ctx, early, earlyToken, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 
 	agg, reg := testAgg(t, state.Config{})
 	c := startFeeder(t, rdb, agg, &Options{
 		Stream: prefix + "events",
-		Watch:  []string{prefix + "py:*", prefix + "nx:*", prefix + "*"}, // overlapping on purpose
+		// Overlapping on purpose; SETNX locks of old clients hold a
+		// host name, taken for a lock by the "=ttl" rule.
+		Watch: []string{prefix + "py:*", prefix + "nx:*=ttl", prefix + "*"},
 	})
 	waitSynced(t, c, 1)
 	// The watcher's events come back through the stream.
 	waitFor(t, "the lock held before start found", func() bool {
 		li := lockInfo(agg, early)
-		return li.Held && li.Owner == lock.ForeignOwner("early-token") && li.Passive
+		return li.Held && li.Owner == lock.ForeignOwner(earlyToken) && li.Passive
 	})
 
 	// redis-py: SET key token NX PX 3000, extend, Lua compare-and-delete.
@@ -108,7 +110,8 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	// An expiring foreign lock; notifications arrive in order, so once it
 	// is seen the lockscope value before it has been handled.
 	exp := prefix + "py:expiring"
-	if err := rdb.SetNX(ctx, exp, "doomed", 100*time.Millisecond).Err(); err != nil {
+	const doomed = "Zk3vQ9bN2xT7Lp0sWm4RcA" // redislock's
+	if err := rdb.SetNX(ctx, exp, doomed, 100*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "expiration confirmed", func() bool {
@@ -123,7 +126,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		t.Errorf("Lock(own) is tracked; want lockscope's own value skipped by the passive watch")
 	}
 	for _, e := range agg.Expirations(10) {
-		if e.Key == exp && (!e.Confirmed || e.Owner != lock.ForeignOwner("doomed")) {
+		if e.Key == exp && (!e.Confirmed || e.Owner != lock.ForeignOwner(doomed)) {
 			t.Errorf("Expirations()[%q] = {Confirmed:%v Owner:%q}, want confirmed, owner doomed", exp, e.Confirmed, e.Owner)
 		}
 	}
@@ -225,7 +228,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	if l := logs.lines("enabled keyspace notifications"); len(l) != 1 {
 		t.Errorf("log lines about enabling = %q, want 1", l)
 	}
-	if err := rdb.SetNX(ctx, "lock:a", "tok-a", 50*time.Millisecond).Err(); err != nil {
+	if err := rdb.SetNX(ctx, "lock:a", "q1Jx0m8ZbQ7yC4wXr2T9Uw==", 50*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "confirmed expiration", func() bool {
@@ -235,7 +238,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 
 	// A restarted Redis forgets CONFIG SET and every key: the watcher
 	// configures it again, and its rescan finds the held lock gone.
-	if err := rdb.SetNX(ctx, "lock:b", "tok-b", time.Minute).Err(); err != nil {
+	if err := rdb.SetNX(ctx, "lock:b", "9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "lock:b held", func() bool { return lockInfo(agg, "lock:b").Held })
@@ -288,18 +291,32 @@ func TestMissingFlags(t *testing.T) {
 }
 
 // A wide pattern matches keys that are no locks: lockscope's own (the
-// stream's, the fence counters) and plain values without a TTL. None is
-// taken for a lock, so none is ever held forever or stuck; with WatchNoTTL
-// a key without a TTL (a redis-py Lock without timeout) is one.
+// stream's, the fence counters), plain values without a TTL (configuration)
+// and with one (a session, a rate-limit counter, a host name some cron
+// SETNXes). By default only a known library's token is taken for a lock,
+// with or without a TTL (a redis-py Lock without timeout: held, never
+// expiring); "=ttl" takes any value with a TTL too, "=any" (and the older
+// WatchNoTTL) any value.
 func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
-	for _, noTTL := range []bool{false, true} {
-		t.Run(fmt.Sprintf("WatchNoTTL=%v", noTTL), func(t *testing.T) {
+	const pyToken = "5f0c6e1aa7e211ef9c2b0242ac120002"
+	for _, tc := range []struct {
+		name  string
+		watch string
+		noTTL bool
+		want  []string
+	}{
+		{"tokens only", "*", false, []string{"job:1", "py:lock"}},
+		{"=ttl", "*=ttl", false, []string{"job:1", "nx:lock", "py:lock", "rate:1", "sess:1"}},
+		{"=any", "*=any", false, []string{"cfg:plain", "job:1", "nx:lock", "py:lock", "rate:1", "sess:1"}},
+		{"WatchNoTTL", "*", true, []string{"cfg:plain", "job:1", "nx:lock", "py:lock", "rate:1", "sess:1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			srv := redistest.Start(t, redistest.Options{})
 			rdb := srv.Client(t)
 			ctx := context.Background()
 			stream := "lockscope:events"
 			agg, _ := testAgg(t, state.Config{StuckAfter: time.Second})
-			c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{"*"}, WatchNoTTL: noTTL})
+			c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{tc.watch}, WatchNoTTL: tc.noTTL})
 			waitSynced(t, c, 1)
 			em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 			defer em.Close(ctx)
@@ -308,22 +325,57 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 				t.Fatal(err)
 			}
 			rdb.Set(ctx, "cfg:plain", "v", 0)
-			rdb.Set(ctx, "py:lock", "tok-1", 0) // a redis-py Lock without timeout
-			rdb.Set(ctx, "nx:lock", "1", 30*time.Second)
-			waitFor(t, "the real locks seen", func() bool { return lockInfo(agg, "nx:lock").Held && lockInfo(agg, "job:1").Held })
+			rdb.Set(ctx, "sess:1", `{"user":42,"cart":[7,9]}`, 30*time.Minute)
+			rdb.Set(ctx, "rate:1", "17", time.Minute)
+			rdb.Set(ctx, "py:lock", pyToken, 0) // a redis-py Lock without timeout
+			rdb.Set(ctx, "nx:lock", "cron@host-7", 30*time.Second)
+			waitFor(t, "the real locks seen", func() bool { return lockInfo(agg, "py:lock").Held && lockInfo(agg, "job:1").Held })
 			time.Sleep(300 * time.Millisecond) // every notification handled
 			var held []string
 			for _, l := range agg.Locks(state.LockQuery{HeldOnly: true, Limit: 500}).Locks {
 				held = append(held, l.Key)
 			}
 			slices.Sort(held)
-			want := []string{"job:1", "nx:lock"}
-			if noTTL {
-				want = []string{"cfg:plain", "job:1", "nx:lock", "py:lock"}
+			if !slices.Equal(held, tc.want) {
+				t.Errorf("held = %q, want %q (never the stream's keys or fence counters)", held, tc.want)
 			}
-			if !slices.Equal(held, want) {
-				t.Errorf("held = %q, want %q (never the stream's keys or fence counters)", held, want)
+			if li := lockInfo(agg, "py:lock"); !li.NoExpiry() || li.Owner != lock.ForeignOwner(pyToken) {
+				t.Errorf("py:lock = %+v, want held without expiry by %s", li, lock.ForeignOwner(pyToken))
 			}
+			// Counted by the aggregator's next scan of the held keys.
+			want := 0
+			for _, k := range tc.want {
+				if k == "py:lock" || k == "cfg:plain" {
+					want++
+				}
+			}
+			waitFor(t, fmt.Sprintf("%d locks without expiry", want), func() bool {
+				n := 0
+				for _, g := range agg.ClassGauges() {
+					n += g.NoExpiry
+				}
+				return n == want
+			})
 		})
+	}
+}
+
+// ParseWatch takes a kind only after the last '=' and only a known one; a
+// '=' that is part of a pattern stays in it.
+func TestParseWatch(t *testing.T) {
+	for _, tc := range []struct{ in, pattern, kind, err string }{
+		{"lock:*", "lock:*", "", ""},
+		{"jobs:*=ttl", "jobs:*", "ttl", ""},
+		{"*=any", "*", "any", ""},
+		{"a=b:*", "a=b:*", "", ""},
+		{`lock:a\=b`, `lock:a\=b`, "", ""},
+		{"lock:*=tll", "", "", `unknown kind "tll"`},
+		{"lock:*=", "", "", `unknown kind ""`},
+		{"=ttl", "", "", "no pattern"},
+	} {
+		p, k, err := ParseWatch(tc.in)
+		if p != tc.pattern || k != tc.kind || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("ParseWatch(%q) = %q, %q, %v; want %q, %q, error containing %q", tc.in, p, k, err, tc.pattern, tc.kind, tc.err)
+		}
 	}
 }

@@ -59,7 +59,7 @@ func newHolder(key, value string, pttl, expireAt int64) *Holder {
 // the next holder: not a known library's random token, and short or made of
 // few distinct bytes.
 func ambiguous(v string) bool {
-	if foreignKind(v) != "foreign" {
+	if ForeignKind(v) != "" {
 		return false
 	}
 	if len(v) < 16 {
@@ -83,30 +83,77 @@ func Fingerprint(value string) string {
 }
 
 // ForeignOwner names the holder of a lock taken by another library without
-// revealing its value: the library when the value's shape tells it, and the
-// first 8 hex digits of the value's Fingerprint ("redsync 3f2a9c1b"). The
-// value itself is often the lock's secret token. The name is stable (one
-// holder, one name) and matches the fingerprint a forced release quotes.
+// revealing its value: the library when the value's shape tells it (see
+// ForeignKind), else "foreign", and the first 8 hex digits of the value's
+// Fingerprint ("redsync 3f2a9c1b"). The value itself is often the lock's
+// secret token. The name is stable (one holder, one name) and matches the
+// fingerprint a forced release quotes.
 //
 // The library's own lease ids are no capability (a Lease cannot be made from
 // an id: release and refresh need the Lease the Obtain returned), so they are
 // shown as they are.
 func ForeignOwner(value string) string {
-	return foreignKind(value) + " " + Fingerprint(value)[:8]
+	kind := ForeignKind(value)
+	if kind == "" {
+		kind = "foreign"
+	}
+	return kind + " " + Fingerprint(value)[:8]
 }
 
-// foreignKind recognises the token shapes of the common lock libraries.
-func foreignKind(v string) string {
+// ForeignKind names the library whose lock token value is, by its shape, or
+// returns "" when no known library writes values of that shape:
+//
+//   - "redis-py": uuid1().hex, 32 lowercase hex digits whose version digit
+//     is 1, variant bits 10, and timestamp from 2015 (redis-py's Lock has
+//     used uuid1 since 2014) to a day from now;
+//   - "node-redlock": randomBytes(16).toString("hex"), 32 lowercase hex
+//     digits (any other 32 hex digits: a random one looks like a uuid1 of
+//     those years once in some 20 000);
+//   - "redsync": base64 of 16 random bytes, 24 characters ending "==";
+//   - "redislock": base64url (no padding) of 16 random bytes, 22
+//     characters, then the caller's metadata if any.
+//
+// Base64 of 16 bytes leaves 4 bits of its 22nd character unused, and the
+// encoders set them to zero: it is one of A, Q, g, w. A value that decodes
+// with those bits set, or made of one kind of character only (letters of
+// one case, or digits: words, numbers), is no such token.
+func ForeignKind(v string) string {
 	switch {
 	case len(v) == 32 && isHex(v):
-		// redis-py (uuid1().hex) and node-redlock 5 (16 random bytes, hex)
-		return "redis-py/redlock"
-	case len(v) == 24 && strings.HasSuffix(v, "==") && decodes(base64.StdEncoding, v, 16):
-		return "redsync" // base64 of 16 random bytes
-	case len(v) >= 22 && decodes(base64.RawURLEncoding, v[:22], 16) && mixed(v[:22]):
-		return "redislock" // base64url of 16 random bytes, then the caller's metadata
+		if uuid1(v) {
+			return "redis-py"
+		}
+		return "node-redlock"
+	case len(v) == 24 && strings.HasSuffix(v, "==") && token16(base64.StdEncoding, v):
+		return "redsync"
+	case len(v) >= 22 && token16(base64.RawURLEncoding, v[:22]):
+		return "redislock"
 	}
-	return "foreign"
+	return ""
+}
+
+// uuid1 reports whether 32 hex digits are a version 1 UUID of RFC 4122 with
+// a timestamp from 2015 to a day from now.
+func uuid1(v string) bool {
+	if v[12] != '1' || strings.IndexByte("89ab", v[16]) < 0 {
+		return false
+	}
+	// time_hi (3 digits after the version), time_mid, time_low: 100 ns
+	// since 1582-10-15.
+	t, err := strconv.ParseUint(v[13:16]+v[8:12]+v[0:8], 16, 64)
+	if err != nil {
+		return false
+	}
+	const epoch = 0x01B21DD213814000 // 1970 in 100 ns since 1582-10-15
+	const y2015 = epoch + 1420070400*10_000_000
+	return t >= y2015 && t < epoch+uint64(time.Now().Add(24*time.Hour).UnixNano()/100)
+}
+
+// token16 reports whether s is enc's encoding of 16 bytes, with the unused
+// bits zero, and of more than one kind of character.
+func token16(enc *base64.Encoding, s string) bool {
+	b, err := enc.Strict().DecodeString(s)
+	return err == nil && len(b) == 16 && mixed(s)
 }
 
 func isHex(s string) bool {
@@ -119,20 +166,30 @@ func isHex(s string) bool {
 	return true
 }
 
-func decodes(enc *base64.Encoding, s string, n int) bool {
-	b, err := enc.DecodeString(s)
-	return err == nil && len(b) == n
-}
-
-// mixed reports whether s has an upper case letter, a lower case letter and a
-// digit, as random base64 of 16 bytes almost always has and words seldom do.
+// mixed reports whether s has characters of at least two of the classes
+// upper case letter, lower case letter, digit, other: random base64 of 16
+// bytes has them all but for one chance in thousands (no digit: 2 %, which
+// an older rule requiring all three named "foreign"), words seldom do.
 func mixed(s string) bool {
-	var up, low, dig bool
+	var up, low, dig, other bool
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		up = up || 'A' <= c && c <= 'Z'
-		low = low || 'a' <= c && c <= 'z'
-		dig = dig || '0' <= c && c <= '9'
+		switch {
+		case 'A' <= c && c <= 'Z':
+			up = true
+		case 'a' <= c && c <= 'z':
+			low = true
+		case '0' <= c && c <= '9':
+			dig = true
+		default:
+			other = true
+		}
 	}
-	return up && low && dig
+	n := 0
+	for _, b := range [...]bool{up, low, dig, other} {
+		if b {
+			n++
+		}
+	}
+	return n >= 2
 }

@@ -2,7 +2,12 @@ package lock
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,13 +131,17 @@ func TestHostileKeys(t *testing.T) {
 // the holder by library and fingerprint, never by the value.
 func TestForeignOwnerHidesTheToken(t *testing.T) {
 	for _, tc := range []struct{ value, kind string }{
-		{"5f0c6e1aa7e211ef9c2b0242ac120002", "redis-py/redlock"}, // redis-py uuid1().hex
-		{"9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4", "redis-py/redlock"}, // node-redlock randomBytes(16) hex
+		{"5f0c6e1aa7e211ef9c2b0242ac120002", "redis-py"},     // redis-py uuid1().hex
+		{"9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4", "node-redlock"}, // node-redlock randomBytes(16) hex
 		{"q1Jx0m8ZbQ7yC4wXr2T9Uw==", "redsync"},
 		{"Zk3vQ9bN2xT7Lp0sWm4RcA", "redislock"},
 		{"Zk3vQ9bN2xT7Lp0sWm4RcAjob=42", "redislock"}, // token + metadata
+		{"zkxvqybnfxtalpasqmyrcA", "redislock"},       // no digit, no upper case but the last: 2 % of tokens
 		{"1", "foreign"},
 		{"inventoryworkerreplica", "foreign"}, // 22 base64url letters, but a word
+		{"InventoryWorkerReplica", "foreign"}, // two kinds of letters, but its last one has unused bits set
+		{"q1Jx0m8ZbQ7yC4wXr2T9Uv==", "foreign"},
+		{"5f0c6e1aa7e211ef9c2b0242ac12000", "foreign"},
 		{"worker-7 pid 4242", "foreign"},
 	} {
 		got := ForeignOwner(tc.value)
@@ -143,5 +152,67 @@ func TestForeignOwnerHidesTheToken(t *testing.T) {
 		if len(tc.value) > 8 && strings.Contains(got, tc.value[:8]) {
 			t.Errorf("ForeignOwner(%q) = %q shows the value", tc.value, got)
 		}
+	}
+}
+
+// ForeignKind on many tokens made as each library makes them (from a fixed
+// seed, so the counts are exact): every redsync, redislock and redis-py
+// token is named for its library. A random hex token of node-redlock is
+// taken for a uuid1 only when its version and variant digits, and its
+// timestamp, happen to fit: some 1 in 20 000. An older
+// rule, wanting an upper case letter, a lower case letter and a digit in a
+// redislock token, named 2 % of them "foreign".
+func TestForeignKindOfManyTokens(t *testing.T) {
+	rng := rand.New(rand.NewChaCha8([32]byte{26}))
+	random16 := func() []byte {
+		b := make([]byte, 16)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	// uuid1 as Python makes it: 100 ns since 1582-10-15, a 14-bit clock
+	// sequence, a 48-bit node (random, multicast bit set, when no MAC).
+	uuid1 := func(at time.Time) string {
+		ts := uint64(at.UnixNano()/100) + 0x01B21DD213814000
+		b := random16()
+		binary.BigEndian.PutUint32(b[0:], uint32(ts))
+		binary.BigEndian.PutUint16(b[4:], uint16(ts>>32))
+		binary.BigEndian.PutUint16(b[6:], uint16(ts>>48)&0x0fff|0x1000)
+		b[8] = b[8]&0x3f | 0x80
+		b[10] |= 0x01
+		return hex.EncodeToString(b)
+	}
+	count := map[string]map[string]int{}
+	add := func(lib, kind string) {
+		if count[lib] == nil {
+			count[lib] = map[string]int{}
+		}
+		count[lib][kind]++
+	}
+	const n = 20_000
+	for i := range n {
+		add("redsync", ForeignKind(base64.StdEncoding.EncodeToString(random16())))
+		add("redislock", ForeignKind(base64.RawURLEncoding.EncodeToString(random16())))
+		add("redislock+metadata", ForeignKind(base64.RawURLEncoding.EncodeToString(random16())+"job-"+strconv.Itoa(i)))
+		add("node-redlock", ForeignKind(hex.EncodeToString(random16())))
+		add("redis-py", ForeignKind(uuid1(time.Date(2015, 1, 1, 0, 0, 0, 0, time.UTC).Add(time.Duration(rng.Int64N(int64(time.Since(time.Date(2015, 1, 1, 0, 0, 0, 0, time.UTC)))))))))
+	}
+	// Redlock's random tokens that look like a uuid1 of the last years.
+	got := count["node-redlock"]["redis-py"]
+	if got > 5 {
+		t.Errorf("%d of %d node-redlock tokens named redis-py, want at most 5", got, n)
+	}
+	delete(count["node-redlock"], "redis-py")
+	count["node-redlock"]["node-redlock"] += got
+	want := map[string]map[string]int{
+		"redsync":            {"redsync": n},
+		"redislock":          {"redislock": n},
+		"redislock+metadata": {"redislock": n},
+		"node-redlock":       {"node-redlock": n},
+		"redis-py":           {"redis-py": n},
+	}
+	if diff := cmp.Diff(want, count); diff != "" {
+		t.Errorf("ForeignKind of tokens by library (-want +got):\n%s", diff)
 	}
 }

@@ -5,7 +5,9 @@
 # python3-pytest, and pip and setuptools to install it) when any is missing:
 # with apt-get when root on Debian, otherwise it prints the one command to
 # run and fails. Then the dashboard's accessibility checkers
-# (axe-core, html-validate) from tools/a11y/package-lock.json with npm ci.
+# (axe-core, html-validate) from tools/a11y/package-lock.json and the other
+# libraries' lock clients (node-redisson, node-redlock) from
+# tools/foreign/package-lock.json, with npm ci.
 # Go tools (templ, staticcheck) come from go.mod's tool directives.
 set -euo pipefail
 declare -A pkg=(
@@ -29,13 +31,18 @@ done
 if ! { /usr/bin/python3 -c 'import redis, pytest, setuptools' && /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
   need+=(python3 python3-redis python3-pytest python3-pip python3-setuptools)
 fi
-a11y="$(cd "$(dirname "$0")/.." && pwd)/tools/a11y"
+tools="$(cd "$(dirname "$0")/.." && pwd)/tools"
 npm_ci() {
-  # Reinstalled only when the lock file changed since the last install.
-  if [ ! -f "$a11y/node_modules/.package-lock.json" ] || [ "$a11y/package-lock.json" -nt "$a11y/node_modules/.package-lock.json" ]; then
-    echo "deps: npm ci in tools/a11y (axe-core, html-validate)"
-    npm ci --prefix "$a11y" --no-audit --no-fund --loglevel=error
-  fi
+  # Each tools/ folder is reinstalled only when its lock file changed since
+  # the last install: a11y (axe-core, html-validate) for the dashboard's
+  # tests, foreign (node-redisson, node-redlock, ioredis) for the
+  # collector's tests of other libraries' locks.
+  for d in a11y foreign; do
+    if [ ! -f "$tools/$d/node_modules/.package-lock.json" ] || [ "$tools/$d/package-lock.json" -nt "$tools/$d/node_modules/.package-lock.json" ]; then
+      echo "deps: npm ci in tools/$d"
+      npm ci --prefix "$tools/$d" --no-audit --no-fund --loglevel=error
+    fi
+  done
 }
 if [ ${#need[@]} -eq 0 ]; then
   npm_ci

@@ -46,6 +46,7 @@ func TestBadUsageExits2WithOneLine(t *testing.T) {
 		{"unexpected argument", nil, []string{"serve", "now"}, "lockscope serve: ", `unexpected argument "now"`},
 		{"release without reason", nil, []string{"release", "k"}, "lockscope release: ", "--reason is required"},
 		{"bad class rule", nil, []string{"serve", "--class", "=x"}, "lockscope serve: ", `invalid class rule "=x"`},
+		{"bad watch kind", []string{"LOCKSCOPE_WATCH=lock:*=tll"}, []string{"serve"}, "lockscope serve: ", `--watch (LOCKSCOPE_WATCH): watch rule "lock:*=tll": unknown kind "tll"`},
 		{"user without password", []string{"LOCKSCOPE_OPERATOR_USER=ana"}, []string{"serve"}, "lockscope serve: ", "LOCKSCOPE_OPERATOR_USER needs LOCKSCOPE_OPERATOR_PASSWORD"},
 		{"bad redis url", nil, []string{"inspect", "--redis", "http://x", "k"}, "lockscope inspect: ", "invalid Redis URL"},
 	}

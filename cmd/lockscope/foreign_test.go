@@ -28,7 +28,7 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 
 	// redis-py's Lock.acquire and redsync's Mutex.Lock, command for command.
 	locks := map[string]struct{ token, owner string }{
-		"py:invoice-7": {"5f0c6e1aa7e211ef9c2b0242ac120002", "redis-py/redlock " + lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002")[:8]},
+		"py:invoice-7": {"5f0c6e1aa7e211ef9c2b0242ac120002", "redis-py " + lock.Fingerprint("5f0c6e1aa7e211ef9c2b0242ac120002")[:8]},
 		"rs:cart-42":   {"q1Jx0m8ZbQ7yC4wXr2T9Uw==", "redsync " + lock.Fingerprint("q1Jx0m8ZbQ7yC4wXr2T9Uw==")[:8]},
 	}
 	for key, l := range locks {
@@ -137,15 +137,19 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}, "--watch", "py:*", "--watch-no-ttl")
-	const key, token = "py:nightly-report", "0d9f7c3e5b2a41e8a6c4b2d0e8f6a4c2"
+	// No flag needed: the value is a redis-py token.
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}, "--watch", "py:*")
+	const key, token = "py:nightly-report", "f38f5694e9a511f18bee02fc00000001" // uuid1().hex
 	if err := rdb.SetNX(ctx, key, token, 0).Err(); err != nil { // redis-py Lock(timeout=None).acquire()
 		t.Fatal(err)
 	}
+	// A plain value without a TTL under the same pattern: no lock.
+	rdb.Set(ctx, "py:settings", "retries=3", 0)
 	eventually(t, 15*time.Second, func() string {
 		_, body, err := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
 		var v struct {
 			Held     bool    `json:"held"`
+			Owner    string  `json:"owner"`
 			TTL      float64 `json:"ttl_seconds"`
 			NoExpiry bool    `json:"no_expiry"`
 			Redis    *struct {
@@ -156,11 +160,21 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 		if err != nil || json.Unmarshal([]byte(body), &v) != nil {
 			return fmt.Sprintf("GET /api/v1/locks/%s: %v %s", key, err, body)
 		}
-		if !v.Held || v.TTL != -1 || !v.NoExpiry || v.Redis == nil || v.Redis.TTL != -1 || !v.Redis.NoExpiry {
-			return fmt.Sprintf("GET /api/v1/locks/%s = %s; want held, ttl_seconds -1 and no_expiry in both views", key, body)
+		if !v.Held || v.Owner != lock.ForeignOwner(token) || !strings.HasPrefix(v.Owner, "redis-py ") || v.TTL != -1 || !v.NoExpiry || v.Redis == nil || v.Redis.TTL != -1 || !v.Redis.NoExpiry {
+			return fmt.Sprintf("GET /api/v1/locks/%s = %s; want held by redis-py, ttl_seconds -1 and no_expiry in both views", key, body)
 		}
 		return ""
 	})
+	eventually(t, 10*time.Second, func() string {
+		_, m, _ := get(ctx, base+"/metrics")
+		if n, _ := metricSum(m, "lockscope_locks_without_expiry"); n != 1 {
+			return fmt.Sprintf("lockscope_locks_without_expiry = %v, want 1", n)
+		}
+		return ""
+	})
+	if _, body, _ := get(ctx, base+"/api/v1/locks/py:settings"); !strings.Contains(body, `"held":false`) || !strings.Contains(body, `"tracked":false`) {
+		t.Errorf("GET /api/v1/locks/py:settings = %s, want not held, not tracked: a plain value is no lock", body)
+	}
 	for _, path := range []string{"/keys", "/keys/" + url.PathEscape(key)} {
 		_, body, err := get(ctx, base+path)
 		if err != nil || !strings.Contains(body, `data-testid="no-expiry"`) {
@@ -168,13 +182,14 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 		}
 	}
 	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}
-	out, errOut, code := lockscope(t, env, "", "locks", "--no-ttl", "py:*")
-	if code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "NO EXPIRY") || !strings.Contains(errOut, "1 listed locks never expire") {
-		t.Errorf("locks --no-ttl = %d\n%s%s\nwant %s listed with NO EXPIRY and a warning", code, out, errOut, key)
+	out, errOut, code := lockscope(t, env, "", "locks", "py:*")
+	if code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "NO EXPIRY") || strings.Contains(out, "py:settings") ||
+		!strings.Contains(errOut, "1 listed locks never expire") || !strings.Contains(errOut, "1 matching keys have no TTL") {
+		t.Errorf("locks = %d\n%s%s\nwant %s listed with NO EXPIRY and a warning, py:settings left out and counted", code, out, errOut, key)
 	}
-	out, errOut, code = lockscope(t, env, "", "locks", "py:*")
-	if code != 0 || strings.Contains(out, key) || !strings.Contains(errOut, "1 matching keys of other libraries have no TTL") {
-		t.Errorf("locks = %d\n%s%s\nwant %s left out and counted", code, out, errOut, key)
+	out, errOut, code = lockscope(t, env, "", "locks", "--no-ttl", "py:*")
+	if code != 0 || !strings.Contains(out, key) || !strings.Contains(out, "py:settings") || !strings.Contains(errOut, "2 listed locks never expire") {
+		t.Errorf("locks --no-ttl = %d\n%s%s\nwant both listed with NO EXPIRY", code, out, errOut)
 	}
 }
 

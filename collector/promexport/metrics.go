@@ -122,7 +122,7 @@ func New() *Metrics {
 			"Cycles in the wait-for graph now: callers that each wait for a lock another of them holds (deadlocks).", nil, nil),
 		stuck: prometheus.NewDesc(namespace+"_stuck_locks", "Locks held longer than their class's stuck threshold.", []string{"class"}, nil),
 		noExpiry: prometheus.NewDesc(namespace+"_locks_without_expiry",
-			"Locks held now without a TTL (watched keys taken for locks with --watch-no-ttl): if the holder dies they stay held.", []string{"class"}, nil),
+			"Locks held now without a TTL (watched keys holding a known library's token, or any value under a --watch PATTERN=any): if the holder dies they stay held.", []string{"class"}, nil),
 		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
 			"Unix time the oldest current hold began; absent while nothing of the class is held.", []string{"class"}, nil),
 	}

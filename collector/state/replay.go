@@ -169,3 +169,13 @@ func (a *Aggregator) PassiveHeld(max int) []LockInfo {
 	}
 	return out
 }
+
+// Passive reports whether key's current (or last) hold was seen by the
+// passive watch: its expiry is the watcher's to report, through the stream.
+func (a *Aggregator) Passive(key string) bool {
+	sh, h := a.keys.find(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := sh.get(h, key)
+	return k != nil && k.passive
+}

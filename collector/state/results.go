@@ -80,14 +80,14 @@ type LockInfo struct {
 	LastEvent    time.Time
 }
 
-// HeldFor is how long the current hold has lasted at now.
-// NoExpiry reports a held lock without a TTL (a watched key, taken for a lock
-// with WatchNoTTL: a redis-py Lock without timeout): if its holder dies it
-// stays held until someone deletes it.
+// NoExpiry reports a held lock without a TTL (a watched key holding a known
+// library's token, such as a redis-py Lock without timeout): if its holder
+// dies it stays held until someone deletes it.
 func (l LockInfo) NoExpiry() bool {
 	return l.Held && l.Passive && l.TTL <= 0 && l.ExpiresAt.IsZero()
 }
 
+// HeldFor is how long the current hold has lasted at now.
 func (l LockInfo) HeldFor(now time.Time) time.Duration {
 	if !l.Held || l.Since.IsZero() {
 		return 0

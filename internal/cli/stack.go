@@ -43,8 +43,8 @@ type collectorConfig struct {
 
 func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 	f.Duration(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, "a lock held longer than this counts as stuck")
-	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*")
-	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "take watched keys without a TTL for locks too (a redis-py Lock without timeout); by default they are plain values")
+	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*: a key is a lock when it holds a known library's token (redis-py, node-redlock, redsync, redislock); PATTERN=ttl also takes any value with a TTL for one, PATTERN=any any value")
+	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "deprecated: the same as =any on every --watch pattern without a kind (a known library's token is a lock without a TTL anyway)")
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS] (Redis globs, as --watch), tried in order before the default (numbers, UUIDs and hex ids become *)")
 	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", state.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
 	f.Int(&c.maxKeys, "max-keys", "LOCKSCOPE_MAX_KEYS", state.DefaultMaxKeys, "most keys the collector keeps state for")
@@ -63,6 +63,11 @@ func (c *collectorConfig) aggregatorConfig() (state.Config, error) {
 			return cfg, &Error{Code: ExitUsage, Err: fmt.Errorf("invalid class rule %q: want PATTERN[=CLASS] (LOCKSCOPE_CLASSES)", r)}
 		}
 		cfg.Classes = append(cfg.Classes, state.ClassRule{Pattern: pattern, Class: class})
+	}
+	for _, w := range c.watch {
+		if _, _, err := collector.ParseWatch(w); err != nil {
+			return cfg, &Error{Code: ExitUsage, Err: fmt.Errorf("--watch (LOCKSCOPE_WATCH): %w", err)}
+		}
 	}
 	if c.stuckAfter < 0 || c.maxClasses < 0 || c.maxKeys < 0 {
 		return cfg, &Error{Code: ExitUsage, Err: errors.New("--stuck-after, --max-classes and --max-keys must not be negative")}

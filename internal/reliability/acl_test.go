@@ -321,8 +321,9 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 	xadd(backfilled, time.Hour)
 	// Held before the collector starts: only the rescan can find it.
 	pre, live := "lock:pre:"+user, "lock:live:"+user
+	const pyPre, pyLive = "f38f5694e9a511f18bee02fc00000001", "f38f5b8ae9a511f18bee02fc00000001" // redis-py's uuid1 tokens
 	if watch {
-		admin.Set(ctx, pre, "py-pre", time.Minute)
+		admin.Set(ctx, pre, pyPre, time.Minute)
 	}
 
 	if watch {
@@ -353,7 +354,7 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 		xadd(exp, 150*time.Millisecond)
 		admin.Set(ctx, exp, "v", 150*time.Millisecond)
 		if watch && i == 2 {
-			admin.Set(ctx, live, "py-live", time.Minute)
+			admin.Set(ctx, live, pyLive, time.Minute)
 		}
 		if i == 2 {
 			// Another consumer of the group reads an entry and dies. In one
@@ -385,10 +386,10 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 		if !confirmed {
 			problems = append(problems, "no expiration confirmed by a keyspace notification")
 		}
-		if watch && !passive(pre, "py-pre") {
+		if watch && !passive(pre, pyPre) {
 			problems = append(problems, "the watched lock held before start was not found (rescan)")
 		}
-		if watch && (i < 3 || !passive(live, "py-live")) {
+		if watch && (i < 3 || !passive(live, pyLive)) {
 			problems = append(problems, "the watched lock taken while running was not followed")
 		}
 		if len(problems) == 0 {

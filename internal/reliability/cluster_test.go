@@ -82,7 +82,7 @@ func TestBinaryOnRedisCluster(t *testing.T) {
 		t.Fatalf("found keys on %d masters, want 3", len(keys))
 	}
 	py := "py:job:1"
-	if err := rdb.Set(ctx, py, "py-token", time.Minute).Err(); err != nil {
+	if err := rdb.Set(ctx, py, "5f0c6e1aa7e211ef9c2b0242ac120002", time.Minute).Err(); err != nil { // redis-py's uuid1 token
 		t.Fatal(err)
 	}
 

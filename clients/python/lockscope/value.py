@@ -77,28 +77,58 @@ def fingerprint(value):
 
 _URL_ALPHABET = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
+# 100 ns intervals from 1582-10-15 (the UUID epoch) to 1970 and to 2015.
+_UUID_1970 = 0x01B21DD213814000
+_UUID_2015 = _UUID_1970 + 1420070400 * 10_000_000
 
-def _decodes(s, n, urlsafe):
+
+def _token16(s, urlsafe):
+    """Whether s is the base64 (urlsafe: unpadded base64url) of 16 bytes,
+    with the unused bits zero as encoders write them, and of more than one
+    kind of character (as Go's lock.ForeignKind)."""
     try:
         if urlsafe:
             if not all(c in _URL_ALPHABET for c in s):
                 return False
             b = base64.urlsafe_b64decode(s + b"=" * (-len(s) % 4))
+            again = base64.urlsafe_b64encode(b).rstrip(b"=")
         else:
             b = base64.b64decode(s, validate=True)
+            again = base64.b64encode(b)
     except ValueError:
         return False
-    return len(b) == n
+    return len(b) == 16 and again == s and _mixed(s)
+
+
+def _mixed(s):
+    kinds = set()
+    for c in s:
+        if 65 <= c <= 90:
+            kinds.add("upper")
+        elif 97 <= c <= 122:
+            kinds.add("lower")
+        elif 48 <= c <= 57:
+            kinds.add("digit")
+        else:
+            kinds.add("other")
+    return len(kinds) >= 2
+
+
+def _uuid1(v):
+    """Whether 32 hex digits are a version 1 UUID timestamped from 2015 to a
+    day from now (redis-py's uuid1().hex)."""
+    if v[12:13] != b"1" or v[16:17] not in (b"8", b"9", b"a", b"b"):
+        return False
+    t = int(v[13:16] + v[8:12] + v[0:8], 16)
+    return _UUID_2015 <= t < _UUID_1970 + int((time.time() + 86400) * 10_000_000)
 
 
 def _kind(v):
     if len(v) == 32 and all(c in b"0123456789abcdef" for c in v):
-        return "redis-py/redlock"
-    if len(v) == 24 and v.endswith(b"==") and _decodes(v, 16, False):
+        return "redis-py" if _uuid1(v) else "node-redlock"
+    if len(v) == 24 and v.endswith(b"==") and _token16(v, False):
         return "redsync"
-    head = v[:22]
-    if len(v) >= 22 and _decodes(head, 16, True) and any(65 <= c <= 90 for c in head) \
-            and any(97 <= c <= 122 for c in head) and any(48 <= c <= 57 for c in head):
+    if len(v) >= 22 and _token16(v[:22], True):
         return "redislock"
     return "foreign"
 

@@ -1,0 +1,82 @@
+package collector
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Watch rules. A watched key is a lock when its value has the shape of a
+// known library's lock, whatever the pattern that matched it: a redis-py,
+// node-redlock, redsync or redislock token (lock.ForeignKind), with or
+// without a TTL (a lock without one never expires: it is shown with a
+// warning). Any other value is a plain value (a session, a counter, a cache
+// entry), not a lock, unless the pattern says what else its keys' locks
+// hold, as "PATTERN=KIND":
+//
+//	ttl   any string value with a TTL too (SETNX key 1 + EXPIRE, a host name)
+//	any   any string value, with or without a TTL
+const (
+	WatchTTL = "ttl"
+	WatchAny = "any"
+)
+
+// watchRule is one parsed Watch entry.
+type watchRule struct {
+	pattern string
+	kind    string // "", WatchTTL or WatchAny
+}
+
+// ParseWatch splits a Watch entry "PATTERN[=KIND]" into its Redis glob
+// pattern and kind ("" when none is given). A '=' inside the pattern stays
+// part of it when what follows is no word ("lock:a=*"), or escaped
+// ("lock:a\=b", which Redis globs read as "lock:a=b").
+func ParseWatch(s string) (pattern, kind string, err error) {
+	i := strings.LastIndexByte(s, '=')
+	if i < 0 || i > 0 && s[i-1] == '\\' {
+		return s, "", nil
+	}
+	k := s[i+1:]
+	switch {
+	case k == WatchTTL || k == WatchAny:
+		if i == 0 {
+			return "", "", fmt.Errorf("watch rule %q has no pattern before =%s", s, k)
+		}
+		return s[:i], k, nil
+	case k == "" || isWord(k):
+		return "", "", fmt.Errorf("watch rule %q: unknown kind %q after '=' (known: %s for any value with a TTL, %s for any value; none: known libraries' tokens only). A pattern with a '=' of its own writes it \\=", s, k, WatchTTL, WatchAny)
+	}
+	return s, "", nil
+}
+
+func isWord(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// watchRules parses Options.Watch, deduplicated by pattern (the first one
+// of a pattern wins); noTTL gives the rules without a kind WatchAny.
+// Entries that do not parse (New has no error to return: the command line
+// checks them first) are taken as patterns whole.
+func watchRules(entries []string, noTTL bool) []watchRule {
+	var out []watchRule
+	seen := make(map[string]bool)
+	for _, s := range entries {
+		p, k, err := ParseWatch(s)
+		if err != nil {
+			p, k = s, ""
+		}
+		if p == "" || seen[p] {
+			continue
+		}
+		seen[p] = true
+		if k == "" && noTTL {
+			k = WatchAny
+		}
+		out = append(out, watchRule{pattern: p, kind: k})
+	}
+	return out
+}
