@@ -124,28 +124,6 @@ func TestEveryFlagHasAnEnvironmentVariable(t *testing.T) {
 	}
 }
 
-func TestDisplayKey(t *testing.T) {
-	tests := []struct {
-		key  string
-		max  int
-		want string
-	}{
-		{"inventory:sku-1", 0, "inventory:sku-1"},
-		{"workflow:<b>", 0, "workflow:<b>"},
-		{"a b", 0, `"a b"`},
-		{"k\n\x1b[31m", 0, `"k\n\x1b[31m"`},
-		{"k\xff", 0, `"k\xff"`},
-		{`say "hi"`, 0, `"say \"hi\""`},
-		{strings.Repeat("x", 100), 10, "xxxxxxxxxx…(100 bytes)"},
-		{"", 0, `""`},
-	}
-	for _, tt := range tests {
-		if got := displayKey(tt.key, tt.max); got != tt.want {
-			t.Errorf("displayKey(%q, %d) = %s, want %s", tt.key, tt.max, got, tt.want)
-		}
-	}
-}
-
 func TestErrorIsOneLine(t *testing.T) {
 	err := &Error{Cmd: "serve", Code: ExitFailure, Err: errors.New("redis said:\nLOADING  dataset\n")}
 	if got, want := err.Error(), "lockscope serve: redis said: LOADING dataset"; got != want {

@@ -12,8 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/lock"
 )
 
 func locksCommand() *command {
@@ -26,10 +28,12 @@ glob (default "*"), and shows each lock's holder: owner, how long it has been
 held, the TTL left, the fencing token and the fingerprint that 'release
 --fingerprint' takes. Locks taken by other libraries are listed as foreign,
 named by their library and value fingerprint (their value is that library's
-secret token: 'inspect --reveal' prints it), when they have a TTL. A key
-without one is a plain value or a lock that never expires (a redis-py Lock
-without timeout, the most dangerous kind): --no-ttl lists those too, marked
-NO EXPIRY; otherwise their count is printed. lockscope's own keys (fence
+secret token: 'inspect --reveal' prints it), when they have a TTL or their
+value is a known library's token (redis-py, node-redlock, redsync,
+redislock): such a lock without a TTL never expires (a redis-py Lock without
+timeout, the most dangerous kind) and is marked NO EXPIRY. Any other value
+without a TTL is a plain value or a lock that never expires: --no-ttl lists
+those too, marked NO EXPIRY; otherwise their count is printed. lockscope's own keys (fence
 counters, the stream's checkpoint and replica records) are skipped.`,
 		define: func(f *flagSet) func(context.Context, *Env, []string) error {
 			f.maxArgs = 1
@@ -39,7 +43,7 @@ counters, the stream's checkpoint and replica records) are skipped.`,
 			var asJSON, noTTL bool
 			var limit int
 			f.Bool(&asJSON, "json", "LOCKSCOPE_JSON", false, "print JSON (one array) instead of a table")
-			f.Bool(&noTTL, "no-ttl", "LOCKSCOPE_LOCKS_NO_TTL", false, "also list other libraries' keys without a TTL, as locks that never expire")
+			f.Bool(&noTTL, "no-ttl", "LOCKSCOPE_LOCKS_NO_TTL", false, "also list keys without a TTL whose value is no known library's token, as locks that never expire")
 			f.Int(&limit, "limit", "LOCKSCOPE_LOCKS_LIMIT", 1000, "show at most this many locks (0: no limit)")
 			return func(ctx context.Context, env *Env, args []string) error {
 				pattern := "*"
@@ -57,7 +61,7 @@ counters, the stream's checkpoint and replica records) are skipped.`,
 				}
 				holders, truncated := found.holders, found.truncated
 				if found.noTTL > 0 {
-					fmt.Fprintf(env.Stderr, "%d matching keys of other libraries have no TTL and are not listed: plain values, or locks that never expire (--no-ttl lists them)\n", found.noTTL)
+					fmt.Fprintf(env.Stderr, "%d matching keys have no TTL and hold no known library's token: not listed, as plain values (or locks that never expire: --no-ttl lists them)\n", found.noTTL)
 				}
 				now := time.Now()
 				waiting, werr := liveWaiters(ctx, rdb, rc.stream, rc.partitions, now)
@@ -79,14 +83,14 @@ counters, the stream's checkpoint and replica records) are skipped.`,
 					return enc.Encode(out)
 				}
 				if len(holders) == 0 {
-					fmt.Fprintf(env.Stdout, "no locks match %s\n", displayKey(pattern, 0))
+					fmt.Fprintf(env.Stdout, "no locks match %s\n", keytext.Terminal(pattern, 0))
 					return nil
 				}
 				tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "KEY\tOWNER\tHELD\tTTL\tWAITING\tFENCE\tFINGERPRINT")
 				never := 0
 				for _, h := range holders {
-					owner := displayKey(h.Owner, 60)
+					owner := keytext.Terminal(h.Owner, 60)
 					if h.Foreign {
 						owner = "(foreign) " + owner
 					}
@@ -101,7 +105,7 @@ counters, the stream's checkpoint and replica records) are skipped.`,
 					if werr == nil {
 						wait = strconv.Itoa(waiting[h.Key])
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", displayKey(h.Key, 80), owner,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", keytext.Terminal(h.Key, 80), owner,
 						formatHeld(h, now), formatTTL(h.TTL), wait, fence, h.Fingerprint[:12])
 				}
 				tw.Flush()
@@ -127,7 +131,8 @@ type lockList struct {
 // listLocks finds the lock holders among the string keys matching pattern,
 // sorted by key, leaving out lockscope's own keys (fence counters, and the
 // string keys under stream: checkpoint, replica records). Foreign keys without
-// a TTL are listed when noTTL, else counted. Inspections run a few at a time:
+// a TTL are listed when their value is a known library's token or noTTL,
+// else counted. Inspections run a few at a time:
 // each is one script call.
 func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int, stream string, noTTL bool) (lockList, error) {
 	lc := lock.New(rdb, nil)
@@ -154,10 +159,11 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 			case errors.Is(err, lock.ErrNotHeld):
 			case err != nil:
 				if firstErr == nil {
-					firstErr = fmt.Errorf("inspect %s: %w", displayKey(key, 80), err)
+					firstErr = fmt.Errorf("inspect %s: %w", keytext.Terminal(key, 80), err)
 				}
-			case h.Foreign && h.TTL < 0 && !noTTL:
-				// No TTL: a plain value, unless the user says such keys are locks.
+			case h.Foreign && h.TTL < 0 && !noTTL && lock.ForeignKind(h.Value) == "":
+				// No TTL and no known library's token: a plain value,
+				// unless the user says such keys are locks.
 				skipped++
 			default:
 				holders = append(holders, h)

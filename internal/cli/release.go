@@ -1,0 +1,135 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/lock"
+)
+
+func releaseCommand() *command {
+	return &command{
+		name:  "release",
+		args:  "KEY --reason REASON",
+		short: "force-release a lock, only if it is still held by the holder you saw",
+		long: `Release force-releases a stuck lock: release what you saw. It shows the current
+holder and the fingerprint of its value, asks for confirmation on stdin (unless
+--yes), then deletes the key in one Lua script only if its value still has that
+fingerprint. With --fingerprint (from 'lockscope inspect' or the dashboard) it
+releases only that exact holder. If the lock changed hands meanwhile nothing
+is touched and the exit status is 3 ("owner changed"). Another library's
+constant value ("1") cannot tell its holder from a successor: its expiry,
+part of the fingerprint, does; without an expiry the release is refused
+unless --any-holder. The release is written
+to the event stream (who, when, reason) so the collector counts it; the holder
+sees the loss at its next renewal.`,
+		define: func(f *flagSet) func(context.Context, *Env, []string) error {
+			f.minArgs, f.maxArgs = 1, 1
+			var rc redisConfig
+			rc.defineConn(f)
+			rc.defineStream(f, "Redis stream the forced-release event is written to")
+			var reason, fingerprint, by string
+			var yes, anyHolder bool
+			f.String(&reason, "reason", "", "", "why the lock is released (required; recorded with the event)")
+			f.Bool(&anyHolder, "any-holder", "LOCKSCOPE_RELEASE_ANY_HOLDER", false, "for a constant value without expiry (which cannot tell its holder from a successor): release whoever holds it")
+			f.String(&fingerprint, "fingerprint", "", "", "release only if the holder's fingerprint is this one")
+			f.String(&by, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "who releases, recorded with the event (default $USER)")
+			f.Bool(&yes, "yes", "LOCKSCOPE_ASSUME_YES", false, "do not ask for confirmation")
+			return func(ctx context.Context, env *Env, args []string) error {
+				key := args[0]
+				if strings.TrimSpace(reason) == "" {
+					return usageErrorf(f.cmd, "--reason is required: say why the lock is force-released")
+				}
+				if by == "" {
+					by, _ = env.LookupEnv("USER")
+					if by == "" {
+						by = "cli"
+					}
+				}
+				rdb, err := rc.connect(ctx)
+				if err != nil {
+					return err
+				}
+				defer rdb.Close()
+				return release(ctx, env, rdb, rc.stream, rc.partitions, key, fingerprint, by, reason, yes, anyHolder)
+			}
+		},
+	}
+}
+
+func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream string, partitions int, key, fingerprint, by, reason string, yes, anyHolder bool) error {
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		em.Close(cctx)
+	}()
+	lc := lock.New(rdb, &lock.Options{Recorder: em})
+	h, err := lc.Inspect(ctx, key)
+	if errors.Is(err, lock.ErrNotHeld) {
+		return fmt.Errorf("%s is not held; nothing to release", keytext.Terminal(key, 200))
+	}
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	printHolder(env.Stdout, h, now)
+	if fingerprint == "" {
+		fingerprint = h.Fingerprint
+	} else if strings.TrimSuffix(fingerprint, "@any") != h.Fingerprint {
+		return ownerChanged(key, h)
+	}
+	if h.Ambiguous && !strings.Contains(fingerprint, "@") {
+		// A constant value and no expiry: nothing tells this holder from a
+		// successor that wrote the same value.
+		if !anyHolder {
+			return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("%s holds a constant value without expiry: a successor would look the same, so nothing was released; --any-holder releases whoever holds it when you confirm", keytext.Terminal(key, 200))}
+		}
+		fmt.Fprintln(env.Stdout, "warning: this holder cannot be told from a successor with the same value: whoever holds it when you confirm is released")
+		fingerprint += "@any"
+	}
+	if !yes {
+		fmt.Fprintf(env.Stdout, "Force-release %s? Its holder loses the lock at its next renewal. Type 'yes' to confirm: ", keytext.Terminal(key, 200))
+		line, err := bufio.NewReader(env.Stdin).ReadString('\n')
+		answer := strings.ToLower(strings.TrimSpace(line))
+		if err != nil && answer == "" {
+			fmt.Fprintln(env.Stdout)
+			return errors.New("not confirmed: no answer on stdin (use --yes to skip the confirmation)")
+		}
+		if answer != "yes" {
+			return errors.New("not confirmed; nothing was released")
+		}
+	}
+	released, err := lc.ForceRelease(ctx, key, fingerprint, by, reason)
+	switch {
+	case errors.Is(err, lock.ErrOwnerChanged):
+		return ownerChanged(key, released)
+	case errors.Is(err, lock.ErrAmbiguous):
+		return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("%s holds a constant value without expiry: a successor would look the same, so nothing was released; --any-holder releases whoever holds it", keytext.Terminal(key, 200))}
+	case errors.Is(err, lock.ErrNotHeld):
+		return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("owner changed: %s is no longer held; nothing was released", keytext.Terminal(key, 200))}
+	case err != nil:
+		return err
+	}
+	if err := em.Flush(ctx); err != nil {
+		fmt.Fprintf(env.Stderr, "warning: the release happened but its event could not be written to %s: %v\n", stream, err)
+	}
+	fmt.Fprintf(env.Stdout, "released %s (held by %s for %s), recorded as forced by %s: %s\n",
+		keytext.Terminal(key, 200), keytext.Terminal(released.Owner, 100), formatHeld(released, now), by, reason)
+	return nil
+}
+
+func ownerChanged(key string, now *lock.Holder) error {
+	who := "someone else"
+	if now != nil {
+		who = keytext.Terminal(now.Owner, 100) + " (fingerprint " + now.Fingerprint[:12] + ")"
+	}
+	return &Error{Code: ExitOwnerChanged, Err: fmt.Errorf("owner changed: %s is now held by %s; nothing was released", keytext.Terminal(key, 200), who)}
+}
