@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 // Failed authentications. Each is counted (Options.AuthFailures) and logged
@@ -99,14 +101,14 @@ func (l *authLimiter) failed(src, user, path string) {
 	if !logIt {
 		return
 	}
-	u, _ := displayKey(user)
+	u, _ := keytext.Visible(user)
 	if n > authMaxFailures {
 		l.log.Warn("lockscope: failed authentications; refusing this source's credentials until its window ends",
-			"source", src, "user", shortKey(u, 64), "failures", n, "window", authWindow, "path", path)
+			"source", src, "user", keytext.Cut(u, 64), "failures", n, "window", authWindow, "path", path)
 		return
 	}
 	l.log.Warn("lockscope: failed authentication (further failures from this source in this minute are counted, not logged)",
-		"source", src, "user", shortKey(u, 64), "path", path)
+		"source", src, "user", keytext.Cut(u, 64), "path", path)
 }
 
 // pruneLocked drops ended windows, or else the oldest half.

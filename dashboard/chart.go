@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 // Geometry for the inline SVG pictures. Pages get ready-made coordinates as
@@ -321,7 +322,7 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 		}
 		i := len(v.Lanes)
 		lanes[owner] = i
-		disp, _ := displayKey(owner)
+		disp, _ := keytext.Visible(owner)
 		v.Lanes = append(v.Lanes, tlLane{Label: elideMiddle(disp, 24), Full: disp})
 		return i
 	}
@@ -346,7 +347,7 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 		if e.Type != event.Failed {
 			lane = laneOf(e.Owner)
 		}
-		owner, _ := displayKey(e.Owner)
+		owner, _ := keytext.Visible(e.Owner)
 		switch e.Type {
 		case event.Acquired:
 			holds[e.Lease] = open{ts: e.TS, lane: lane, owner: owner}
@@ -372,7 +373,7 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 			tip += " · " + e.Reason
 		}
 		if e.By != "" {
-			by, _ := displayKey(e.By)
+			by, _ := keytext.Visible(e.By)
 			tip += " · by " + by
 		}
 		v.Marks = append(v.Marks, tlMark{
@@ -382,7 +383,7 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 	}
 	if holder != nil {
 		if _, ok := holds[holder.Lease]; !ok {
-			owner, _ := displayKey(holder.Owner)
+			owner, _ := keytext.Visible(holder.Owner)
 			holds[holder.Lease] = open{ts: max(start, holder.Since.UnixNano()), lane: laneOf(holder.Owner), owner: owner}
 		}
 	}

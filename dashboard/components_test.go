@@ -6,9 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/html"
+
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"golang.org/x/net/html"
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 // hostileKeys are keys an application may legally use and a dashboard may
@@ -78,12 +80,12 @@ func TestKeyLinkEscapesHostileKeys(t *testing.T) {
 		if got, want := attr(a, "href"), keyPath(key); got != want {
 			t.Errorf("href for %.40q = %.60q, want %.60q", key, got, want)
 		}
-		full, _ := displayKey(key)
+		full, _ := keytext.Visible(key)
 		if got := attr(a, "title"); got != full {
 			t.Errorf("title for %.40q = %.60q, want the full display key", key, got)
 		}
-		if got := rawText(a); got != shortKey(full, keyCellMax) {
-			t.Errorf("text for %.40q = %.60q, want %.60q", key, got, shortKey(full, keyCellMax))
+		if got := rawText(a); got != keytext.Cut(full, keyCellMax) {
+			t.Errorf("text for %.40q = %.60q, want %.60q", key, got, keytext.Cut(full, keyCellMax))
 		}
 		if n := len(byTag(doc, "script")); n != 0 {
 			t.Errorf("key %.40q produced %d script elements", key, n)

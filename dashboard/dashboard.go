@@ -1,45 +1,3 @@
-// Package dashboard serves lockscope's operator pages and JSON API: the
-// overview of lock activity, every tracked key, one key's detail and the
-// forced release of a stuck lock.
-//
-// Pages are templ components rendered on the server (inline SVG for the
-// pictures, a small script of our own for live refresh; every page works
-// without JavaScript). Data comes from a Querier (the aggregation state,
-// collector/state, answers it); forced releases go through a Releaser (a
-// *lock.Client), which deletes a lock only if its value still matches the
-// fingerprint the operator saw.
-//
-// Security model:
-//   - Operator credentials are HTTP basic auth (Username and Password) and/or
-//     a bearer token (Token), compared in constant time.
-//   - Without credentials the dashboard is read-only: release controls are
-//     hidden, a banner says so, and the server refuses every release (403).
-//   - Reading (pages and GET API) is open unless RequireAuthForRead is set:
-//     the default suits a loopback listener or a reverse proxy that does its
-//     own authentication; changing state always needs credentials.
-//   - /healthz, /readyz and /metrics never need credentials.
-//   - State changes only by POST, behind http.CrossOriginProtection.
-//   - Every response carries a Content-Security-Policy with a per-request
-//     nonce (no inline script or style without it, no framing) and
-//     nosniff / no-referrer headers.
-//
-// Routes (DESIGN.md): GET / (overview; ?window=1m|5m|1h&by=contentions|wait),
-// GET /keys (?q=&class=&held=1&sort=contentions|wait|hold|key&order=asc&page=N),
-// GET /keys/{key}, GET /keys/{key}/release (the confirmation, operators
-// only), POST /keys/{key}/release (form: fingerprint, reason), and the JSON
-// mirror under /api/v1: overview, hotkeys (?window=&by=&n=), locks
-// (?q=&class=&held=&sort=&order=&offset=&limit=), locks/{key}, and POST
-// locks/{key}/release with {"fingerprint": "...", "reason": "..."}. Plus
-// /healthz, /readyz and /metrics.
-//
-// Keys are arbitrary bytes. In a URL a key is one path segment escaped with
-// url.PathEscape, dots escaped too ("/keys/a%2Fb%3Fc"); the router matches
-// the escaped path and decodes the segment itself. In JSON a key (or owner)
-// that is not valid UTF-8 also travels as base64 of its exact bytes in
-// "key_b64" ("owner_b64"), because a JSON string cannot carry such bytes;
-// clients read key_b64 when present, else key. In HTML every key is escaped
-// by templ, and control characters and invalid bytes are displayed as Go
-// escapes (\n, \xff) so nothing hides inside a key.
 package dashboard
 
 import (
@@ -51,20 +9,7 @@ import (
 	"time"
 
 	"github.com/gorilla/mux"
-
-	"github.com/lockscope/lockscope/lock"
 )
-
-// Releaser inspects and force-releases locks; *lock.Client implements it.
-type Releaser interface {
-	// Inspect returns the current holder of key (lock.ErrNotHeld if none).
-	Inspect(ctx context.Context, key string) (*lock.Holder, error)
-	// ForceRelease deletes key only if its value's fingerprint still matches;
-	// else lock.ErrOwnerChanged (or lock.ErrNotHeld) and nothing changes.
-	ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*lock.Holder, error)
-}
-
-var _ Releaser = (*lock.Client)(nil)
 
 // Options configures the dashboard. The zero value is a read-only dashboard
 // open for reading.
@@ -113,9 +58,6 @@ type Options struct {
 	// PageSize is the keys page's rows per page; 0 means 50.
 	PageSize int
 }
-
-// MaxReason caps the length in bytes of a forced release's reason.
-const MaxReason = 500
 
 // server holds what handlers share.
 type server struct {

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Human units for pages: operators read "3m12s ago" faster than a
@@ -150,68 +149,6 @@ func pad2(n int64) string {
 	return strconv.FormatInt(n, 10)
 }
 
-// displayKey renders a key so that every byte is visible: printable UTF-8
-// stays as it is; control characters and invalid bytes become Go escapes
-// (\n, \x00, \xff) so a newline or a NUL cannot hide inside a key. The
-// second result reports whether anything was escaped. HTML escaping is
-// templ's job, not this function's.
-func displayKey(k string) (string, bool) {
-	clean := true
-	for i := 0; i < len(k); {
-		r, size := utf8.DecodeRuneInString(k[i:])
-		if (r == utf8.RuneError && size == 1) || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029' {
-			clean = false
-			break
-		}
-		i += size
-	}
-	if clean {
-		return k, false
-	}
-	var b strings.Builder
-	b.Grow(len(k) + 8)
-	for i := 0; i < len(k); {
-		r, size := utf8.DecodeRuneInString(k[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b.WriteString(`\x`)
-			b.WriteString(hex2(k[i]))
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r < 0x20 || r == 0x7f:
-			b.WriteString(`\x`)
-			b.WriteString(hex2(byte(r)))
-		case (r >= 0x80 && r < 0xa0) || r == '\u2028' || r == '\u2029':
-			b.WriteString(`\u`)
-			s := strconv.FormatInt(int64(r), 16)
-			b.WriteString(strings.Repeat("0", 4-len(s)) + s)
-		default:
-			b.WriteString(k[i : i+size])
-		}
-		i += size
-	}
-	return b.String(), true
-}
-
-// shortKey cuts a display key for table cells; the full key stays in the
-// title attribute and on the detail page.
-func shortKey(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // elideMiddle shortens s to at most max runes by cutting its middle: owners
 // and keys differ mostly at their ends (worker-2, worker-3), which stay.
 func elideMiddle(s string, max int) string {
@@ -222,9 +159,4 @@ func elideMiddle(s string, max int) string {
 	head := (max - 1) / 2
 	tail := max - 1 - head
 	return string(r[:head]) + "…" + string(r[len(r)-tail:])
-}
-
-func hex2(c byte) string {
-	const digits = "0123456789abcdef"
-	return string([]byte{digits[c>>4], digits[c&0xf]})
 }

@@ -70,49 +70,6 @@ func TestFmtNumbers(t *testing.T) {
 	}
 }
 
-func TestDisplayKey(t *testing.T) {
-	for _, c := range []struct {
-		key, want string
-		escaped   bool
-	}{
-		{"workflow:123", "workflow:123", false},
-		{"<script>alert(1)</script>", "<script>alert(1)</script>", false}, // templ escapes HTML
-		{"naïve/日本", "naïve/日本", false},
-		{"a\nb", `a\nb`, true},
-		{"a\x00b\\", `a\x00b\\`, true},
-		{"bad\xff\xfe", `bad\xff\xfe`, true},
-		{"ls\u2028x", `ls\u2028x`, true},
-	} {
-		got, esc := displayKey(c.key)
-		if got != c.want || esc != c.escaped {
-			t.Errorf("displayKey(%q) = %q, %v, want %q, %v", c.key, got, esc, c.want, c.escaped)
-		}
-	}
-}
-
-func TestShortKey(t *testing.T) {
-	long := strings.Repeat("日", 100) // 3 bytes each
-	got := shortKey(long, 80)
-	if !strings.HasSuffix(got, "…") || len(got) > 80+len("…") {
-		t.Errorf("shortKey(300 bytes, 80) = %d bytes %q, want at most 80 bytes and an ellipsis", len(got), got)
-	}
-	if strings.ContainsRune(strings.TrimSuffix(got, "…"), '\uFFFD') {
-		t.Errorf("shortKey cut inside a rune: %q", got)
-	}
-	if got := shortKey("short", 80); got != "short" {
-		t.Errorf("shortKey(%q) = %q, want it unchanged", "short", got)
-	}
-}
-
-func TestEscapeKeyRoundTrip(t *testing.T) {
-	for _, key := range hostileKeys() {
-		esc := escapeKey(key)
-		if strings.ContainsAny(esc, "/?#. \n") {
-			t.Errorf("escapeKey(%.40q) = %.60q, contains a character that is not safe in one path segment", key, esc)
-		}
-	}
-}
-
 // Timeline lane labels keep both ends of a long owner, so owners that differ
 // only at the end stay apart.
 func TestElideMiddleKeepsOwnersApart(t *testing.T) {

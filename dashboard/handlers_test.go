@@ -13,6 +13,7 @@ import (
 
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 func TestAuth(t *testing.T) {
@@ -379,7 +380,7 @@ func TestHostileKeysRoundTrip(t *testing.T) {
 			continue
 		}
 		doc := htmlDoc(t, rec)
-		want, _ := displayKey(key)
+		want, _ := keytext.Visible(key)
 		if got := rawText(one(t, doc, "key-title")); got != want {
 			t.Errorf("detail title = %.60q, want %.60q", got, want)
 		}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 // hostCheck decides which Host headers a request may carry (Options.AllowedHosts).
@@ -69,9 +71,9 @@ func (c *hostCheck) allows(hostport string) bool {
 func (s *server) checkHost(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hosts.allows(r.Host) {
-			host, _ := displayKey(r.Host)
+			host, _ := keytext.Visible(r.Host)
 			s.fail(w, r, strings.HasPrefix(r.URL.Path, "/api/"), http.StatusMisdirectedRequest,
-				"host "+shortKey(host, 100)+" is not one this dashboard answers to: add it to --allowed-host (LOCKSCOPE_ALLOWED_HOSTS)")
+				"host "+keytext.Cut(host, 100)+" is not one this dashboard answers to: add it to --allowed-host (LOCKSCOPE_ALLOWED_HOSTS)")
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -10,19 +9,50 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
-	"github.com/lockscope/lockscope/lock"
+	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/internal/lockjson"
 )
 
-// Forced release: release what you saw. The confirmation shows the holder
+// Forced release, GET and POST /keys/{key}/release (release.templ) and
+// POST /api/v1/locks/{key}/release: release what you saw. The confirmation shows the holder
 // Redis has now and embeds its value's fingerprint; the POST hands that
 // fingerprint to rel.ForceRelease, which deletes the key only if the value
 // still matches. A holder that changed in between is never touched.
 
-// releaseTimeout bounds the Redis work of one release request.
-const releaseTimeout = 5 * time.Second
+// MaxReason caps the length in bytes of a forced release's reason.
+const MaxReason = 500
+
+// releaseView is the confirmation page, GET /keys/{key}/release.
+type releaseView struct {
+	Page        page
+	Key         keyCell
+	Holder      holderView
+	Fingerprint string
+	Ambiguous   bool // the value cannot tell holder from successor
+	NeedAccept  bool // ...nor can an expiry: the operator must accept releasing whoever holds it
+	Action      string
+	Reason      string
+	Error       string
+	MaxReason   int
+	Back        string
+}
+
+// releaseResultView is the outcome page of POST /keys/{key}/release.
+type releaseResultView struct {
+	Page      page
+	Key       keyCell
+	Outcome   string // "released", "owner-changed", "not-held"
+	Heading   string
+	Message   string
+	Previous  *holderView // the holder that was released
+	Current   *holderView // the holder now, after an owner change
+	By        string
+	Reason    string
+	RetryHref string
+	Back      string
+}
 
 // fingerprintRE is a holder's fingerprint: hex sha1 of its value, then for a
 // value that cannot tell holder from successor "@" and its expiry (unix ms),
@@ -51,47 +81,6 @@ func (q *releaseRequest) validate() error {
 		return errors.New("the reason must be UTF-8 text")
 	}
 	return nil
-}
-
-// releaseOutcome is the result of one ForceRelease call.
-type releaseOutcome struct {
-	status   int
-	kind     string       // "released", "owner-changed", "not-held", "error"
-	previous *lock.Holder // released holder
-	current  *lock.Holder // holder now, after an owner change
-	err      error
-}
-
-func (s *server) forceRelease(ctx context.Context, key, operator string, req releaseRequest) releaseOutcome {
-	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
-	defer cancel()
-	prev, err := s.rel.ForceRelease(ctx, key, req.Fingerprint, operator, req.Reason)
-	switch {
-	case err == nil:
-		attrs := []any{"by", operator, "key", key, "reason", req.Reason}
-		if prev != nil {
-			attrs = append(attrs, "owner", prev.Owner, "lease", prev.Lease, "fence", prev.Fence)
-			if !prev.Since.IsZero() {
-				attrs = append(attrs, "held", s.now().Sub(prev.Since).Round(time.Millisecond))
-			}
-		}
-		s.log.Info("lockscope: forced release", attrs...)
-		return releaseOutcome{status: http.StatusOK, kind: "released", previous: prev}
-	case errors.Is(err, lock.ErrOwnerChanged):
-		s.log.Warn("lockscope: forced release refused, owner changed", "by", operator, "key", key, "fingerprint", req.Fingerprint)
-		cur := prev // ForceRelease answers the holder it found instead
-		if cur == nil {
-			cur, _ = s.inspect(ctx, key)
-		}
-		return releaseOutcome{status: http.StatusConflict, kind: "owner-changed", current: cur, err: err}
-	case errors.Is(err, lock.ErrAmbiguous):
-		return releaseOutcome{status: http.StatusConflict, kind: "ambiguous", current: prev, err: err}
-	case errors.Is(err, lock.ErrNotHeld):
-		return releaseOutcome{status: http.StatusNotFound, kind: "not-held", err: err}
-	default:
-		s.log.Error("lockscope: forced release failed", "by", operator, "key", key, "err", err)
-		return releaseOutcome{status: http.StatusBadGateway, kind: "error", err: err}
-	}
 }
 
 // releaseConfirmPage shows the holder and asks for a reason.
@@ -123,7 +112,7 @@ func (s *server) confirm(w http.ResponseWriter, r *http.Request, key string, req
 	}
 	// The page is an operator's: a foreign lock's stored value (often the
 	// other library's secret token) is shown here and nowhere read-only.
-	hv.Value, _ = displayKey(h.Value)
+	hv.Value, _ = keytext.Visible(h.Value)
 	p := s.page(r, "Force release", "keys")
 	p.Live = false
 	v := releaseView{
@@ -199,6 +188,17 @@ func (s *server) releasePage(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, out.status, releaseResult(v))
 }
 
+type apiReleaseResult struct {
+	Released bool             `json:"released"`
+	Error    string           `json:"error,omitempty"`
+	Key      string           `json:"key"`
+	KeyB64   string           `json:"key_b64,omitempty"`
+	By       string           `json:"by,omitempty"`
+	Reason   string           `json:"reason,omitempty"`
+	Previous *lockjson.Holder `json:"previous,omitempty"` // the holder that was released
+	Current  *lockjson.Holder `json:"current,omitempty"`  // the holder now, when the owner changed
+}
+
 // apiRelease is POST /api/v1/locks/{key}/release with a JSON body
 // {"fingerprint": "...", "reason": "..."} (or the same as a form).
 func (s *server) apiRelease(w http.ResponseWriter, r *http.Request) {
@@ -237,16 +237,16 @@ func (s *server) apiRelease(w http.ResponseWriter, r *http.Request) {
 	switch out.kind {
 	case "released":
 		res := apiReleaseResult{Released: true, By: operator, Reason: req.Reason}
-		res.Key, res.KeyB64 = key, b64IfInvalid(key)
+		res.Key, res.KeyB64 = key, keytext.B64IfInvalid(key)
 		if out.previous != nil {
-			res.Previous = newAPIHolder(out.previous)
+			res.Previous = holderJSON(out.previous)
 		}
 		writeJSON(w, r, http.StatusOK, res)
 	case "owner-changed":
 		res := apiReleaseResult{Error: "owner changed, nothing released"}
-		res.Key, res.KeyB64 = key, b64IfInvalid(key)
+		res.Key, res.KeyB64 = key, keytext.B64IfInvalid(key)
 		if out.current != nil {
-			res.Current = newAPIHolder(out.current)
+			res.Current = holderJSON(out.current)
 		}
 		writeJSON(w, r, http.StatusConflict, res)
 	case "ambiguous":

@@ -1,0 +1,156 @@
+package dashboard
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/internal/lockjson"
+)
+
+// blockingView is the /blocking page.
+// Who blocks whom, GET /blocking (blocking.templ): holders ranked by the
+// waiters they cause now, waiting chains and deadlocks. Its JSON mirror is
+// GET /api/v1/blocking, at the end of this file.
+
+// blockingView is the blocking page's view model.
+type blockingView struct {
+	Page    page
+	Waiters string
+	Holders []blockingRow
+	Chains  []chainView
+}
+
+type blockingRow struct {
+	Key           keyCell
+	Class         string
+	Owner, OwnerT string
+	HeldFor       string
+	Waiters       string
+	WaitSeconds   string
+	HolderWaits   bool
+}
+
+type chainView struct {
+	Links []chainLinkView
+	Cycle bool
+}
+
+type chainLinkView struct {
+	Owner, OwnerT string
+	WaitsFor      *keyCell // nil for the final holder
+	Waiting       string
+}
+
+// blockingPage is GET /blocking: holders ranked by the waiters they cause,
+// waiting chains, deadlocks.
+func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
+	now := s.now()
+	b := s.q.Blocking()
+	v := blockingView{Page: s.page(r, "Blocking", "blocking"), Waiters: fmtCount(b.Waiters)}
+	for _, h := range b.Holders {
+		row := blockingRow{Key: newKeyCell(h.Key), Class: classText(h.Class), Waiters: fmtCount(h.Waiters),
+			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting, HeldFor: "—"}
+		row.Owner, row.OwnerT = ownerText(h.Owner)
+		if !h.Since.IsZero() {
+			row.HeldFor = fmtDuration(now.Sub(h.Since).Truncate(time.Second))
+		}
+		v.Holders = append(v.Holders, row)
+	}
+	for _, c := range b.Chains {
+		cv := chainView{Cycle: c.Cycle}
+		for _, l := range c.Links {
+			lv := chainLinkView{}
+			lv.Owner, lv.OwnerT = ownerText(l.Owner)
+			if l.WaitsFor != "" {
+				k := newKeyCell(l.WaitsFor)
+				lv.WaitsFor = &k
+				lv.Waiting = fmtDuration(now.Sub(l.Since).Truncate(100 * time.Millisecond))
+			}
+			cv.Links = append(cv.Links, lv)
+		}
+		v.Chains = append(v.Chains, cv)
+	}
+	s.render(w, r, http.StatusOK, blockingPage(v))
+}
+
+type apiBlockingHolder struct {
+	Key         string     `json:"key"`
+	KeyB64      string     `json:"key_b64,omitempty"`
+	Class       string     `json:"class"`
+	Owner       string     `json:"owner"`
+	OwnerB64    string     `json:"owner_b64,omitempty"`
+	Lease       string     `json:"lease,omitempty"`
+	Since       *time.Time `json:"since,omitempty"`
+	Waiters     int        `json:"waiters"`
+	WaitSeconds float64    `json:"wait_seconds"`
+	Waiting     bool       `json:"holder_waits_too"`
+	Href        string     `json:"href"`
+}
+
+type apiChainLink struct {
+	Owner    string     `json:"owner"`
+	OwnerB64 string     `json:"owner_b64,omitempty"`
+	Lease    string     `json:"lease,omitempty"`
+	WaitsFor *string    `json:"waits_for"` // null: the holder at the end of the chain
+	Since    *time.Time `json:"since,omitempty"`
+}
+
+type apiCycleMember struct {
+	Owner    string    `json:"owner"`
+	OwnerB64 string    `json:"owner_b64,omitempty"`
+	Lease    string    `json:"lease"`
+	Holds    string    `json:"holds"`
+	WaitsFor string    `json:"waits_for"`
+	Since    time.Time `json:"waiting_since"`
+}
+
+type apiBlocking struct {
+	At      time.Time           `json:"at"`
+	Waiters int                 `json:"waiters"`
+	Holders []apiBlockingHolder `json:"holders"`
+	Chains  []struct {
+		Links []apiChainLink `json:"links"`
+		Cycle bool           `json:"cycle"`
+	} `json:"chains"`
+	Deadlocks [][]apiCycleMember `json:"deadlocks"`
+}
+
+// apiBlocking is GET /api/v1/blocking: who waits on whom now.
+func (s *server) apiBlocking(w http.ResponseWriter, r *http.Request) {
+	b := s.q.Blocking()
+	v := apiBlocking{At: b.At.UTC(), Waiters: b.Waiters, Holders: make([]apiBlockingHolder, 0, len(b.Holders)), Deadlocks: make([][]apiCycleMember, 0, len(b.Cycles))}
+	for _, h := range b.Holders {
+		v.Holders = append(v.Holders, apiBlockingHolder{Key: h.Key, KeyB64: keytext.B64IfInvalid(h.Key), Class: h.Class, Owner: h.Owner, OwnerB64: keytext.B64IfInvalid(h.Owner),
+			Lease: h.Lease, Since: lockjson.Time(h.Since), Waiters: h.Waiters, WaitSeconds: h.WaitSeconds, Waiting: h.Waiting, Href: apiLockPath(h.Key)})
+	}
+	for _, c := range b.Chains {
+		var links []apiChainLink
+		for _, l := range c.Links {
+			link := apiChainLink{Owner: l.Owner, OwnerB64: keytext.B64IfInvalid(l.Owner), Lease: l.Lease, Since: lockjson.Time(l.Since)}
+			if l.WaitsFor != "" {
+				k := l.WaitsFor
+				link.WaitsFor = &k
+			}
+			links = append(links, link)
+		}
+		v.Chains = append(v.Chains, struct {
+			Links []apiChainLink `json:"links"`
+			Cycle bool           `json:"cycle"`
+		}{links, c.Cycle})
+	}
+	for _, c := range b.Cycles {
+		var ms []apiCycleMember
+		for _, m := range c.Members {
+			ms = append(ms, apiCycleMember{Owner: m.Owner, OwnerB64: keytext.B64IfInvalid(m.Owner), Lease: m.Lease, Holds: m.Holds, WaitsFor: m.WaitsFor, Since: m.Since.UTC()})
+		}
+		v.Deadlocks = append(v.Deadlocks, ms)
+	}
+	if v.Chains == nil {
+		v.Chains = []struct {
+			Links []apiChainLink `json:"links"`
+			Cycle bool           `json:"cycle"`
+		}{}
+	}
+	writeJSON(w, r, http.StatusOK, v)
+}
