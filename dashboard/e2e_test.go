@@ -100,7 +100,7 @@ func TestEndToEndBrowser(t *testing.T) {
 				if l, _, err := lc.Try(hotCtx, hot, time.Second, &lock.ObtainOptions{Owner: owner}); err == nil {
 					l.Release(context.Background())
 				}
-				sleepCtx(hotCtx, 40*time.Millisecond)
+				redistest.Sleep(hotCtx, 40*time.Millisecond)
 			}
 		})
 	}
@@ -114,10 +114,10 @@ func TestEndToEndBrowser(t *testing.T) {
 				l, err := lc.Obtain(octx, key, 2*time.Second, &lock.ObtainOptions{Owner: owner, Retry: lock.LinearBackoff(5 * time.Millisecond)})
 				cancel()
 				if err == nil {
-					sleepCtx(workCtx, time.Duration(5+rng.IntN(25))*time.Millisecond)
+					redistest.Sleep(workCtx, time.Duration(5+rng.IntN(25))*time.Millisecond)
 					l.Release(context.Background())
 				}
-				sleepCtx(workCtx, time.Duration(rng.IntN(20))*time.Millisecond)
+				redistest.Sleep(workCtx, time.Duration(rng.IntN(20))*time.Millisecond)
 			}
 		})
 	}
@@ -403,15 +403,6 @@ func startBrowser(t *testing.T, ctx context.Context) context.Context {
 }
 
 func jsString(s string) string { return strconv.Quote(s) } // keyPath output is ASCII
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
 
 // saveShot saves a screenshot of the viewport into docs/ (the README shows
 // them), and into LOCKSCOPE_SHOTS when set.

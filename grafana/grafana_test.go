@@ -10,9 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/lockscope/lockscope/alerts/promqltest"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 const (
@@ -313,7 +312,7 @@ func TestProvisioning(t *testing.T) {
 			IsDefault                    bool `yaml:"isDefault"`
 		} `yaml:"datasources"`
 	}
-	readYAML(t, filepath.Join("provisioning", "datasources", "prometheus.yml"), &ds)
+	redistest.ReadYAML(t, filepath.Join("provisioning", "datasources", "prometheus.yml"), &ds)
 	if ds.APIVersion != 1 || len(ds.Datasources) != 1 {
 		t.Fatalf("datasources provisioning = %+v, want apiVersion 1 and one datasource", ds)
 	}
@@ -329,7 +328,7 @@ func TestProvisioning(t *testing.T) {
 			Options    struct{ Path string } `yaml:"options"`
 		} `yaml:"providers"`
 	}
-	readYAML(t, filepath.Join("provisioning", "dashboards", "lockscope.yml"), &prov)
+	redistest.ReadYAML(t, filepath.Join("provisioning", "dashboards", "lockscope.yml"), &prov)
 	if prov.APIVersion != 1 || len(prov.Providers) != 1 || prov.Providers[0].Type != "file" || prov.Providers[0].Options.Path != dashboardsDir {
 		t.Errorf("dashboards provisioning = %+v, want one file provider reading %s", prov, dashboardsDir)
 	}
@@ -343,7 +342,7 @@ func TestComposeMountsProvisioning(t *testing.T) {
 			Volumes []string `yaml:"volumes"`
 		} `yaml:"services"`
 	}
-	readYAML(t, filepath.Join("..", "docker-compose.yml"), &compose)
+	redistest.ReadYAML(t, filepath.Join("..", "docker-compose.yml"), &compose)
 	g, ok := compose.Services["grafana"]
 	if !ok {
 		t.Fatal("docker-compose.yml has no grafana service")
@@ -359,16 +358,5 @@ func TestComposeMountsProvisioning(t *testing.T) {
 		if got := mounts[src]; got != want {
 			t.Errorf("docker-compose.yml grafana mounts ./%s at %q, want %q", src, got, want)
 		}
-	}
-}
-
-func readYAML(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, v); err != nil {
-		t.Fatalf("parse %s: %v", path, err)
 	}
 }

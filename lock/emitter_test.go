@@ -37,35 +37,6 @@ func everyEventType(base int64) []event.Event {
 	}
 }
 
-// readStream returns the entries of stream and the events they decode to.
-func readStream(t *testing.T, rdb redis.UniversalClient, stream string) ([]redis.XMessage, []event.Event) {
-	t.Helper()
-	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
-	if err != nil {
-		t.Fatalf("XRANGE %q = %v", stream, err)
-	}
-	var events []event.Event
-	for _, m := range msgs {
-		events, err = event.DecodeAppend(events, m.Values)
-		if err != nil {
-			t.Fatalf("Decode(entry %s) = %v", m.ID, err)
-		}
-	}
-	return msgs, events
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %v for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func closeEmitter(t *testing.T, e *Emitter) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -85,7 +56,8 @@ func TestEmitterWritesEveryFieldToStream(t *testing.T) {
 	}
 	closeEmitter(t, e)
 
-	msgs, got := readStream(t, rdb, stream)
+	read := redistest.ReadStream(t, rdb, stream)
+	msgs, got := read.Entries, read.Events
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("events read back from %q (-want +got):\n%s", stream, d)
 	}
@@ -124,7 +96,8 @@ func TestEmitterOneXADDPerBatch(t *testing.T) {
 	}
 	closeEmitter(t, e)
 
-	msgs, got := readStream(t, rdb, stream)
+	read := redistest.ReadStream(t, rdb, stream)
+	msgs, got := read.Entries, read.Events
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("events read back (-want +got):\n%s", d)
 	}
@@ -155,8 +128,8 @@ func TestEmitterFlushesByInterval(t *testing.T) {
 	e.Record(want)
 
 	var got []event.Event
-	waitFor(t, 5*time.Second, "the event to be flushed without Flush, Close or a full batch", func() bool {
-		_, got = readStream(t, rdb, stream)
+	redistest.WaitFor(t, 5*time.Second, "the event to be flushed without Flush, Close or a full batch", func() bool {
+		got = redistest.ReadStream(t, rdb, stream).Events
 		return len(got) > 0
 	})
 	if d := cmp.Diff([]event.Event{want}, got); d != "" {
@@ -164,8 +137,8 @@ func TestEmitterFlushesByInterval(t *testing.T) {
 	}
 	// The interval keeps working after the first flush.
 	e.Record(want)
-	waitFor(t, 5*time.Second, "the second event", func() bool {
-		_, got = readStream(t, rdb, stream)
+	redistest.WaitFor(t, 5*time.Second, "the second event", func() bool {
+		got = redistest.ReadStream(t, rdb, stream).Events
 		return len(got) == 2
 	})
 }
@@ -183,7 +156,7 @@ func TestEmitterCloseFlushes(t *testing.T) {
 	}
 	closeEmitter(t, e)
 	// No polling: Close returns only after the write.
-	if _, got := readStream(t, rdb, stream); !cmp.Equal(want, got) {
+	if got := redistest.ReadStream(t, rdb, stream).Events; !cmp.Equal(want, got) {
 		t.Errorf("after Close the stream holds %d events, want the %d recorded:\n%s", len(got), len(want), cmp.Diff(want, got))
 	}
 
@@ -196,7 +169,7 @@ func TestEmitterCloseFlushes(t *testing.T) {
 	if st, wantSt := e.Stats(), (EmitterStats{Recorded: 6, Sent: 5, Dropped: 1, Batches: 1}); st != wantSt {
 		t.Errorf("Stats() = %+v, want %+v", st, wantSt)
 	}
-	if _, got := readStream(t, rdb, stream); len(got) != 5 {
+	if got := redistest.ReadStream(t, rdb, stream).Events; len(got) != 5 {
 		t.Errorf("stream holds %d events after Record on a closed emitter, want 5", len(got))
 	}
 }
@@ -250,7 +223,7 @@ func TestEmitterRedisDown(t *testing.T) {
 	}
 	// Buffer overflow drops at once; what was buffered is dropped when the
 	// writes fail.
-	waitFor(t, 10*time.Second, "every event recorded while Redis is down to be counted dropped", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "every event recorded while Redis is down to be counted dropped", func() bool {
 		return e.Stats().Dropped == n
 	})
 	st := e.Stats()
@@ -262,8 +235,8 @@ func TestEmitterRedisDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []event.Event
-	waitFor(t, 10*time.Second, "a dropped report after Redis is back", func() bool {
-		_, got = readStream(t, rdb, stream)
+	redistest.WaitFor(t, 10*time.Second, "a dropped report after Redis is back", func() bool {
+		got = redistest.ReadStream(t, rdb, stream).Events
 		return len(got) > 0
 	})
 	want := []event.Event{{Type: event.Dropped, Owner: "emitter-test", Count: n}}
@@ -277,7 +250,7 @@ func TestEmitterRedisDown(t *testing.T) {
 	// Reported once: the next batch carries no second report.
 	e.Record(event.Event{Type: event.Acquired, Key: "after", TS: ts})
 	closeEmitter(t, e)
-	if _, got = readStream(t, rdb, stream); len(got) != 2 || got[1].Key != "after" {
+	if got = redistest.ReadStream(t, rdb, stream).Events; len(got) != 2 || got[1].Key != "after" {
 		t.Errorf("stream after Close holds %+v, want the report and event %q", got, "after")
 	}
 	st = e.Stats()

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // redistest's per-server goroutine that waits for redis-server to exit.
@@ -89,12 +90,12 @@ func TestRenewalSurvivesTransientErrors(t *testing.T) {
 	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "renew_failed recorded", func() bool { return len(rec.of(event.RenewFailed)) > 0 })
+	redistest.WaitFor(t, 2*time.Second, "renew_failed recorded", func() bool { return len(rec.of(event.RenewFailed)) > 0 })
 	if err := rdb.ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
 		t.Fatal(err)
 	}
 	renewed := len(rec.of(event.Renewed))
-	eventually(t, 2*time.Second, "renewed again", func() bool { return len(rec.of(event.Renewed)) > renewed })
+	redistest.WaitFor(t, 2*time.Second, "renewed again", func() bool { return len(rec.of(event.Renewed)) > renewed })
 	if err := l.Err(); err != nil {
 		t.Fatalf("Err() after a transient renewal failure = %v, want nil", err)
 	}
@@ -174,7 +175,7 @@ func TestDegradedMode(t *testing.T) {
 	}
 	// go-redis' pool answers its last dial error until its background
 	// redial (once a second) succeeds.
-	waitFor(t, 10*time.Second, "the client reconnected", func() bool { return rdb.Ping(ctx).Err() == nil })
+	redistest.WaitFor(t, 10*time.Second, "the client reconnected", func() bool { return rdb.Ping(ctx).Err() == nil })
 	if _, _, err := c.Try(ctx, "k", time.Second, nil); !errors.Is(err, ErrNotObtained) {
 		t.Errorf("Try while a degraded lease is held = %v, want ErrNotObtained", err)
 	}

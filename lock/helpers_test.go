@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // recorder is a Recorder that keeps every event.
@@ -43,20 +44,6 @@ func newClient(t *testing.T, owner string) (*Client, *redis.Client, *recorder, s
 	rdb := redistest.Shared(t).Client(t)
 	rec := &recorder{}
 	return New(rdb, &Options{Owner: owner, Recorder: rec}), rdb, rec, redistest.KeyPrefix(t)
-}
-
-// eventually polls cond every few milliseconds until it holds or within
-// passes; it returns how long that took.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // mustObtain obtains key or fails the test.

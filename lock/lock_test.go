@@ -12,8 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/event"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 func TestMutualExclusion(t *testing.T) {
@@ -79,7 +81,7 @@ func TestTTLExpiry(t *testing.T) {
 	}
 	other := New(rdb, &Options{Owner: "b"})
 	var l2 *Lease
-	eventually(t, 2*time.Second, "lock free after TTL", func() bool {
+	redistest.WaitFor(t, 2*time.Second, "lock free after TTL", func() bool {
 		var err error
 		l2, _, err = other.Try(ctx, key, time.Second, nil)
 		return err == nil
@@ -544,12 +546,12 @@ func testAbandonedObtain(t *testing.T, fencing bool) {
 		t.Fatalf("%d of 20 obtains behind the slow script timed out, want most", n)
 	}
 	<-busy
-	eventually(t, 3*time.Second, "queued obtains sent", func() bool {
+	redistest.WaitFor(t, 3*time.Second, "queued obtains sent", func() bool {
 		c.batch.mu.Lock()
 		defer c.batch.mu.Unlock()
 		return c.batch.inflight == 0
 	})
-	eventually(t, 3*time.Second, "orphaned locks released", func() bool {
+	redistest.WaitFor(t, 3*time.Second, "orphaned locks released", func() bool {
 		return len(rdb.Keys(context.Background(), p+"*").Val()) == 0
 	})
 }

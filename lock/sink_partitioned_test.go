@@ -39,7 +39,7 @@ func checkPartitions(t *testing.T, rdb redis.UniversalClient, streams []string, 
 		wantBy[p] = append(wantBy[p], e)
 	}
 	for p, s := range streams {
-		_, got := readStream(t, rdb, s)
+		got := redistest.ReadStream(t, rdb, s).Events
 		if d := cmp.Diff(wantBy[p], got); d != "" {
 			t.Errorf("partition %d (%s) (-want +got):\n%s", p, s, d)
 		}

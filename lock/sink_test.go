@@ -21,7 +21,8 @@ func TestStreamSinkWritesOnePackedEntry(t *testing.T) {
 	if err := s.Write(context.Background(), want); err != nil {
 		t.Fatalf("Write = %v", err)
 	}
-	msgs, got := readStream(t, rdb, stream)
+	read := redistest.ReadStream(t, rdb, stream)
+	msgs, got := read.Entries, read.Events
 	if len(msgs) != 1 {
 		t.Fatalf("Write of %d events made %d entries, want 1", len(want), len(msgs))
 	}
@@ -35,7 +36,7 @@ func TestStreamSinkWritesOnePackedEntry(t *testing.T) {
 	if err := s.Write(context.Background(), want[:1]); err != nil {
 		t.Fatalf("second Write = %v", err)
 	}
-	if _, got = readStream(t, rdb, stream); !cmp.Equal(append(want, want[0]), got) {
+	if got = redistest.ReadStream(t, rdb, stream).Events; !cmp.Equal(append(want, want[0]), got) {
 		t.Errorf("after a second Write the stream holds %d events, want %d:\n%s", len(got), len(want)+1, cmp.Diff(append(want, want[0]), got))
 	}
 }
@@ -62,7 +63,8 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 	if err := s.Write(context.Background(), want); err != nil {
 		t.Fatalf("Write = %v", err)
 	}
-	msgs, got := readStream(t, rdb, stream)
+	read := redistest.ReadStream(t, rdb, stream)
+	msgs, got := read.Entries, read.Events
 	if len(msgs) != 2 {
 		t.Errorf("12 MB of events made %d entries, want 2", len(msgs))
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // A contended obtain reports one waiting event when its first attempt finds
@@ -50,7 +51,7 @@ func TestWaitingReportedOncePerWaitWithHeldLeases(t *testing.T) {
 			return ly.Release(ctx)
 		})
 	}()
-	eventually(t, 2*time.Second, "waiting event", func() bool { return len(recA.of(event.Waiting)) == 1 })
+	redistest.WaitFor(t, 2*time.Second, "waiting event", func() bool { return len(recA.of(event.Waiting)) == 1 })
 	time.Sleep(100 * time.Millisecond) // several retries
 	if err := hy.Release(ctx); err != nil {
 		t.Fatal(err)

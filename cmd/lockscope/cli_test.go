@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // oneLine checks that stderr is exactly one line starting with prefix and
@@ -115,11 +118,11 @@ func TestListenAddressInUse(t *testing.T) {
 	t.Parallel()
 	busy := freeAddr(t)
 	first := start(t, nil, "demo", "--listen", busy)
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the demo to print its URL", func() error {
 		if !strings.Contains(first.stdout.String(), "dashboard http://"+busy) {
-			return "demo has not printed its URL"
+			return errors.New("demo has not printed its URL")
 		}
-		return ""
+		return nil
 	})
 	_, stderr, code := lockscope(t, nil, "", "demo", "--listen", busy)
 	if code != 1 {

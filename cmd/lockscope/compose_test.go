@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"go.yaml.in/yaml/v3"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // The compose stack cannot run here (no Docker engine), so these tests check
@@ -35,21 +35,10 @@ type composeService struct {
 	DependsOn   any               `yaml:"depends_on"`
 }
 
-func readYAML(t *testing.T, path string, v any) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join(repoRoot, path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, v); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-}
-
 func loadCompose(t *testing.T) composeFile {
 	t.Helper()
 	var c composeFile
-	readYAML(t, "docker-compose.yml", &c)
+	redistest.ReadYAML(t, filepath.Join(repoRoot, "docker-compose.yml"), &c)
 	if len(c.Services) == 0 {
 		t.Fatal("docker-compose.yml has no services")
 	}
@@ -228,7 +217,7 @@ func TestPrometheusConfigMatchesCompose(t *testing.T) {
 			} `yaml:"static_configs"`
 		} `yaml:"scrape_configs"`
 	}
-	readYAML(t, "prometheus.yml", &prom)
+	redistest.ReadYAML(t, filepath.Join(repoRoot, "prometheus.yml"), &prom)
 
 	// target checks that host:port is a service listening on that port.
 	target := func(what, hp string) {
@@ -303,7 +292,7 @@ func TestGrafanaProvisioningMatchesCompose(t *testing.T) {
 			} `yaml:"providers"`
 		}
 		rel, _ := filepath.Rel(repoRoot, f)
-		readYAML(t, rel, &p)
+		redistest.ReadYAML(t, filepath.Join(repoRoot, rel), &p)
 		for _, pr := range p.Providers {
 			if src, ok := gm[pr.Options.Path]; !ok || src != "grafana/dashboards" {
 				t.Errorf("%s: provider path %q is not where compose mounts grafana/dashboards (%v)", rel, pr.Options.Path, gm)
@@ -322,7 +311,7 @@ func TestGrafanaProvisioningMatchesCompose(t *testing.T) {
 			} `yaml:"datasources"`
 		}
 		rel, _ := filepath.Rel(repoRoot, f)
-		readYAML(t, rel, &d)
+		redistest.ReadYAML(t, filepath.Join(repoRoot, rel), &d)
 		for _, ds := range d.Datasources {
 			if ds.Type != "prometheus" {
 				continue

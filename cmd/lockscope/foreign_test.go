@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -37,7 +38,7 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 		}
 	}
 	for key, l := range locks {
-		eventually(t, 10*time.Second, func() string {
+		redistest.WaitFor(t, 10*time.Second, "the collector and Redis to show the foreign lock", func() error {
 			_, body, err := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
 			var v struct {
 				Held  bool   `json:"held"`
@@ -49,16 +50,16 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 				} `json:"redis_holder"`
 			}
 			if err != nil || json.Unmarshal([]byte(body), &v) != nil {
-				return fmt.Sprintf("GET /api/v1/locks/%s: %v %s", key, err, body)
+				return fmt.Errorf("GET /api/v1/locks/%s: %v %s", key, err, body)
 			}
 			if !v.Held || v.Owner != l.owner || v.Redis == nil || v.Redis.Owner != l.owner || v.Redis.Since == nil {
-				return fmt.Sprintf("GET /api/v1/locks/%s = %s; want held by %q with its since", key, body, l.owner)
+				return fmt.Errorf("GET /api/v1/locks/%s = %s; want held by %q with its since", key, body, l.owner)
 			}
 			// Classes are derived as for the library's keys: not one per key.
 			if want := strings.TrimRight(key, "0123456789") + "*"; v.Class != want {
-				return fmt.Sprintf("GET /api/v1/locks/%s class %q, want %q", key, v.Class, want)
+				return fmt.Errorf("GET /api/v1/locks/%s class %q, want %q", key, v.Class, want)
 			}
-			return ""
+			return nil
 		})
 	}
 
@@ -140,12 +141,12 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 	// No flag needed: the value is a redis-py token.
 	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}, "--watch", "py:*")
 	const key, token = "py:nightly-report", "f38f5694e9a511f18bee02fc00000001" // uuid1().hex
-	if err := rdb.SetNX(ctx, key, token, 0).Err(); err != nil { // redis-py Lock(timeout=None).acquire()
+	if err := rdb.SetNX(ctx, key, token, 0).Err(); err != nil {                // redis-py Lock(timeout=None).acquire()
 		t.Fatal(err)
 	}
 	// A plain value without a TTL under the same pattern: no lock.
 	rdb.Set(ctx, "py:settings", "retries=3", 0)
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "the lock without expiry in both views", func() error {
 		_, body, err := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
 		var v struct {
 			Held     bool    `json:"held"`
@@ -158,19 +159,19 @@ func TestLockWithoutExpiryIsListedWithAWarning(t *testing.T) {
 			} `json:"redis_holder"`
 		}
 		if err != nil || json.Unmarshal([]byte(body), &v) != nil {
-			return fmt.Sprintf("GET /api/v1/locks/%s: %v %s", key, err, body)
+			return fmt.Errorf("GET /api/v1/locks/%s: %v %s", key, err, body)
 		}
 		if !v.Held || v.Owner != lock.ForeignOwner(token) || !strings.HasPrefix(v.Owner, "redis-py ") || v.TTL != -1 || !v.NoExpiry || v.Redis == nil || v.Redis.TTL != -1 || !v.Redis.NoExpiry {
-			return fmt.Sprintf("GET /api/v1/locks/%s = %s; want held by redis-py, ttl_seconds -1 and no_expiry in both views", key, body)
+			return fmt.Errorf("GET /api/v1/locks/%s = %s; want held by redis-py, ttl_seconds -1 and no_expiry in both views", key, body)
 		}
-		return ""
+		return nil
 	})
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "lockscope_locks_without_expiry to count it", func() error {
 		_, m, _ := get(ctx, base+"/metrics")
 		if n, _ := metricSum(m, "lockscope_locks_without_expiry"); n != 1 {
-			return fmt.Sprintf("lockscope_locks_without_expiry = %v, want 1", n)
+			return fmt.Errorf("lockscope_locks_without_expiry = %v, want 1", n)
 		}
-		return ""
+		return nil
 	})
 	if _, body, _ := get(ctx, base+"/api/v1/locks/py:settings"); !strings.Contains(body, `"held":false`) || !strings.Contains(body, `"tracked":false`) {
 		t.Errorf("GET /api/v1/locks/py:settings = %s, want not held, not tracked: a plain value is no lock", body)
@@ -271,23 +272,23 @@ func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
 	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"}, "--watch", "py:*")
 	const key, token = "py:export-9", "9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4"
 	rdb.SetNX(ctx, key, token, time.Minute)
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the foreign lock to be seen held", func() error {
 		_, body, _ := get(ctx, base+"/api/v1/locks/"+key)
 		if !strings.Contains(body, `"held":true`) {
-			return "not held yet: " + body
+			return errors.New("not held yet: " + body)
 		}
-		return ""
+		return nil
 	})
 	if code, body := apiRelease(t, base, key, lock.Fingerprint(token), "export hung", "s3cret-token-0123"); code != 200 {
 		t.Fatalf("release = %d %s", code, body)
 	}
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the forced release to be counted", func() error {
 		_, m, _ := get(ctx, base+"/metrics")
 		forced, _ := metricSum(m, "lockscope_forced_releases_total")
 		if forced != 1 {
-			return fmt.Sprintf("lockscope_forced_releases_total = %v, want 1", forced)
+			return fmt.Errorf("lockscope_forced_releases_total = %v, want 1", forced)
 		}
-		return ""
+		return nil
 	})
 	time.Sleep(2 * time.Second) // past the time a passive release waits for its forced event
 	_, m, _ := get(ctx, base+"/metrics")

@@ -8,11 +8,9 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,46 +22,7 @@ import (
 // These tests build the lockscope binary and drive it as a user would: flags,
 // environment, stdin, signals, exit codes, HTTP.
 
-var (
-	binDir    string
-	buildOnce sync.Once
-	binary    string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	var err error
-	if binDir, err = os.MkdirTemp("", "lockscope-bin-"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(binDir)
-	os.Exit(code)
-}
-
-// lockscopeBinary builds the binary on first use (not in TestMain, so that
-// listing the tests costs no build).
-func lockscopeBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		bin := filepath.Join(binDir, "lockscope")
-		args := []string{"build", "-o", bin}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command(goTool(), append(args, ".")...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		binary = bin
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binary
-}
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 // proc is a running lockscope process.
 type proc struct {
@@ -94,7 +53,7 @@ func environ(env []string) []string {
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, args: args, stdout: &syncbuf.Buffer{}, stderr: &syncbuf.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(lockscopeBinary(t), args...)
+	p.cmd = exec.Command(redistest.Lockscope(t), args...)
 	p.cmd.Env = environ(env)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -159,23 +118,6 @@ func lockscope(t *testing.T, env []string, stdin string, args ...string) (stdout
 	p.stdin.Close()
 	code = p.wait(60 * time.Second)
 	return p.stdout.String(), p.stderr.String(), code
-}
-
-// eventually polls cond every 50ms until it returns "" or timeout passes,
-// then fails with its last complaint.
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", timeout, msg)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // freeAddr returns a loopback address with a port free a moment ago.
@@ -244,11 +186,11 @@ func serveReady(t *testing.T, env []string, args ...string) (string, *proc) {
 	p := start(t, slices.Concat(env, []string{"LOCKSCOPE_LISTEN=" + addr}), slices.Concat([]string{"serve"}, args)...)
 	// Generous: a race-enabled binary among many parallel tests on two
 	// loaded cores can take well over 15 s to start.
-	eventually(t, 60*time.Second, func() string {
+	redistest.WaitFor(t, 60*time.Second, "/readyz to answer 200", func() error {
 		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+			return fmt.Errorf("GET /readyz = %d, %v", code, err)
 		}
-		return ""
+		return nil
 	})
 	return base, p
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -150,11 +149,11 @@ func TestReleaseWhatYouSaw(t *testing.T) {
 	// The owner changes while the prompt waits: the confirmation releases
 	// nothing.
 	p := start(t, env, "release", key, "--reason", "stuck export")
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the confirmation prompt", func() error {
 		if !strings.Contains(p.stdout.String(), "Type 'yes' to confirm") {
-			return "no prompt yet"
+			return errors.New("no prompt yet")
 		}
-		return ""
+		return nil
 	})
 	if _, err := lc.ForceRelease(ctx, key, now.Fingerprint, "test", "race"); err != nil {
 		t.Fatal(err)
@@ -177,7 +176,7 @@ func TestReleaseWhatYouSaw(t *testing.T) {
 	if _, err := lc.Inspect(ctx, key); !errors.Is(err, lock.ErrNotHeld) {
 		t.Errorf("after the release Inspect(%q) = %v, want ErrNotHeld", key, err)
 	}
-	evs := readStream(t, rdb, stream)
+	evs := redistest.ReadStream(t, rdb, stream).Events
 	if len(evs) != 1 {
 		t.Fatalf("stream %s has %d events, want the one forced release: %+v", stream, len(evs), evs)
 	}
@@ -191,23 +190,6 @@ func TestReleaseWhatYouSaw(t *testing.T) {
 		t.Errorf("release of a free key: exit %d, want 1", code)
 	}
 	oneLine(t, stderr, "lockscope release: ", "is not held; nothing to release")
-}
-
-// readStream decodes every event on stream.
-func readStream(t *testing.T, rdb redis.UniversalClient, stream string) []event.Event {
-	t.Helper()
-	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
-	if err != nil {
-		t.Fatalf("XRANGE %s: %v", stream, err)
-	}
-	var evs []event.Event
-	for _, m := range msgs {
-		evs, err = event.DecodeAppend(evs, m.Values)
-		if err != nil {
-			t.Fatalf("decode %s entry %s: %v", stream, m.ID, err)
-		}
-	}
-	return evs
 }
 
 // locks shows the callers waiting for each lock now, from the stream's

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -118,16 +119,16 @@ func TestReleasesWithNamedTokensNameWho(t *testing.T) {
 			t.Errorf("release with %s = %d %s, want %d (by ci-bot)", tok, code, b, want)
 		}
 	}
-	eventually(t, 10*time.Second, func() string {
-		for _, e := range readStream(t, rdb, stream) {
+	redistest.WaitFor(t, 10*time.Second, "the forced event on the stream", func() error {
+		for _, e := range redistest.ReadStream(t, rdb, stream).Events {
 			if e.Type == event.Forced && e.Key == "job:stuck" {
 				if e.By != "ci-bot" {
-					return fmt.Sprintf("forced event by %q, want ci-bot", e.By)
+					return fmt.Errorf("forced event by %q, want ci-bot", e.By)
 				}
-				return ""
+				return nil
 			}
 		}
-		return "no forced event in the stream"
+		return errors.New("no forced event in the stream")
 	})
 
 	// A bad file is a usage error naming the line.

@@ -88,12 +88,12 @@ func TestServeShowsLoad(t *testing.T) {
 	base := "http://" + addr
 	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=load:events"}
 	serve := start(t, append(env, "LOCKSCOPE_LISTEN="+addr), "serve")
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "/readyz to answer 200", func() error {
 		code, body, err := get(context.Background(), base+"/readyz")
 		if err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d %q, %v; want 200", code, body, err)
+			return fmt.Errorf("GET /readyz = %d %q, %v; want 200", code, body, err)
 		}
-		return ""
+		return nil
 	})
 
 	stdout, stderr, code := lockscope(t, env, "", "load", "--duration", "3s", "--rate", "150", "--concurrency", "8",
@@ -110,17 +110,17 @@ func TestServeShowsLoad(t *testing.T) {
 	}
 
 	// The collector counts exactly what the load did.
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "the load's events in /metrics", func() error {
 		_, body, err := get(context.Background(), base+"/metrics")
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		acq, _ := metricSum(body, "lockscope_acquisitions_total")
 		ev, _ := metricSum(body, "lockscope_events_total")
 		if int64(acq) != tot["acquired"] || int64(ev) != evs["sent"] {
-			return fmt.Sprintf("/metrics: acquisitions %v, events %v; want %d and %d", acq, ev, tot["acquired"], evs["sent"])
+			return fmt.Errorf("/metrics: acquisitions %v, events %v; want %d and %d", acq, ev, tot["acquired"], evs["sent"])
 		}
-		return ""
+		return nil
 	})
 	o, err := getOverview(base)
 	if err != nil || o.EventsTotal != evs["sent"] || o.AcquireRate <= 0 || o.TrackedKeys == 0 || !o.Ingesting {
@@ -149,15 +149,15 @@ func TestDemoWithoutRedis(t *testing.T) {
 	// seconds: the hung export worker, the crashed batch, the paused sync.
 	demo := start(t, nil, "demo", "--listen", addr, "--speed", "10", "--stuck-after", "1s")
 	var o overview
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the demo's overview", func() error {
 		code, body, err := get(context.Background(), base+"/")
 		if err != nil || code != 200 || !strings.Contains(body, "lockscope") {
-			return fmt.Sprintf("GET / = %d, %v", code, err)
+			return fmt.Errorf("GET / = %d, %v", code, err)
 		}
 		if o, err = getOverview(base); err != nil || o.AcquireRate <= 0 || o.EventsTotal == 0 {
-			return fmt.Sprintf("overview = %+v, %v; want live acquisitions", o, err)
+			return fmt.Errorf("overview = %+v, %v; want live acquisitions", o, err)
 		}
-		return ""
+		return nil
 	})
 	t.Logf("demo live after %v: %+v", time.Since(started).Round(time.Millisecond), o)
 	out := demo.stdout.String()
@@ -169,28 +169,28 @@ func TestDemoWithoutRedis(t *testing.T) {
 	if embedded == nil {
 		t.Fatalf("demo output names no embedded Redis:\n%s", out)
 	}
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "an editing session on the demo's Redis", func() error {
 		stdout, stderr, code := lockscope(t, []string{"LOCKSCOPE_REDIS_URL=" + embedded[1]}, "", "locks", "--json", "workflow:*")
 		var held []struct{ Key, Owner string }
 		if err := json.Unmarshal([]byte(stdout), &held); code != 0 || err != nil || len(held) == 0 ||
 			!strings.HasPrefix(held[0].Owner, "workflow-editor/") {
-			return fmt.Sprintf("locks on the demo's Redis: exit %d, %v, %+v; want an editing session\n%s%s", code, err, held, stdout, stderr)
+			return fmt.Errorf("locks on the demo's Redis: exit %d, %v, %+v; want an editing session\n%s%s", code, err, held, stdout, stderr)
 		}
-		return ""
+		return nil
 	})
 
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "a stuck, an expired and a lost lock in /metrics", func() error {
 		_, body, err := get(context.Background(), base+"/metrics")
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		stuck, _ := metricSum(body, "lockscope_stuck_locks")
 		expired, _ := metricSum(body, "lockscope_expirations_total")
 		lost, _ := metricSum(body, `lockscope_events_total{type="lost"}`)
 		if stuck < 1 || expired < 1 || lost < 1 {
-			return fmt.Sprintf("demo metrics: stuck %v, expirations %v, lost events %v; want each >= 1", stuck, expired, lost)
+			return fmt.Errorf("demo metrics: stuck %v, expirations %v, lost events %v; want each >= 1", stuck, expired, lost)
 		}
-		return ""
+		return nil
 	})
 
 	demo.signal(syscall.SIGINT)
@@ -206,11 +206,11 @@ func TestLoadFlushesEventsOnSIGTERM(t *testing.T) {
 	const stream = "sigterm:events"
 	p := start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=" + stream},
 		"load", "--rate", "300", "--speed", "10", "--report-every", "500ms")
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "two rate lines", func() error {
 		if n := len(rateLine.FindAllString(p.stdout.String(), -1)); n < 2 {
-			return fmt.Sprintf("%d rate lines", n)
+			return fmt.Errorf("%d rate lines", n)
 		}
-		return ""
+		return nil
 	})
 	p.signal(syscall.SIGTERM)
 	if code := p.wait(20 * time.Second); code != 0 {
@@ -221,7 +221,7 @@ func TestLoadFlushesEventsOnSIGTERM(t *testing.T) {
 	if evs["dropped"] != 0 || evs["sent"] != evs["recorded"] {
 		t.Fatalf("events %v: want every recorded event sent", evs)
 	}
-	got := readStream(t, rdb, stream)
+	got := redistest.ReadStream(t, rdb, stream).Events
 	acquired := 0
 	for _, e := range got {
 		if e.Type == event.Acquired {
@@ -258,11 +258,11 @@ func TestServeForcedReleaseFromTheAPI(t *testing.T) {
 	const stream = "ops:events"
 	start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_STREAM=" + stream,
 		"LOCKSCOPE_OPERATOR_TOKEN=s3cret"}, "serve")
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "/readyz to answer 200", func() error {
 		if code, _, err := get(context.Background(), base+"/readyz"); err != nil || code != 200 {
-			return fmt.Sprintf("GET /readyz = %d, %v", code, err)
+			return fmt.Errorf("GET /readyz = %d, %v", code, err)
 		}
-		return ""
+		return nil
 	})
 
 	lc := lock.New(rdb, nil)
@@ -291,21 +291,21 @@ func TestServeForcedReleaseFromTheAPI(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Error("the holder's lease did not notice the forced release within 5s")
 	}
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the forced event on the stream", func() error {
 		var forced []event.Event
-		for _, e := range readStream(t, rdb, stream) {
+		for _, e := range redistest.ReadStream(t, rdb, stream).Events {
 			if e.Type == event.Forced {
 				forced = append(forced, e)
 			}
 		}
 		if len(forced) != 1 || forced[0].Key != key || forced[0].Owner != "export-worker/pod-2" || forced[0].Reason != "hung export" {
-			return fmt.Sprintf("forced events in the stream: %+v; want the one release", forced)
+			return fmt.Errorf("forced events in the stream: %+v; want the one release", forced)
 		}
 		_, body, err := get(context.Background(), base+"/metrics")
 		if n, _ := metricSum(body, "lockscope_forced_releases_total"); err != nil || n != 1 {
-			return fmt.Sprintf("lockscope_forced_releases_total = %v, %v; want 1", n, err)
+			return fmt.Errorf("lockscope_forced_releases_total = %v, %v; want 1", n, err)
 		}
-		return ""
+		return nil
 	})
 }
 
@@ -316,12 +316,12 @@ func TestDemoOnARealRedisStopsAfterDuration(t *testing.T) {
 	addr := freeAddr(t)
 	demo := start(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_LOAD_DURATION=3s", "LOCKSCOPE_LISTEN=" + addr}, "demo")
 	var o overview
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the demo's events", func() error {
 		var err error
 		if o, err = getOverview("http://" + addr); err != nil || o.EventsTotal == 0 {
-			return fmt.Sprintf("overview = %+v, %v; want events", o, err)
+			return fmt.Errorf("overview = %+v, %v; want events", o, err)
 		}
-		return ""
+		return nil
 	})
 	if code := demo.wait(20 * time.Second); code != 0 {
 		t.Fatalf("demo --duration 3s: exit %d, want 0", code)

@@ -79,12 +79,12 @@ func TestEveryCommandOverTLSWithAPrivateCA(t *testing.T) {
 	if _, err := tlc.Obtain(ctx, "report:9", time.Minute, &lock.ObtainOptions{Owner: "reports/pod-2"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, func() string {
+	redistest.WaitFor(t, 15*time.Second, "report:9 held by reports/pod-2 over TLS", func() error {
 		_, body, err := get(ctx, base+"/api/v1/locks/report:9")
 		if err != nil || !strings.Contains(body, "reports/pod-2") {
-			return fmt.Sprintf("serve over TLS does not show report:9 held by reports/pod-2: %v %s", err, body)
+			return fmt.Errorf("serve over TLS does not show report:9 held by reports/pod-2: %v %s", err, body)
 		}
-		return ""
+		return nil
 	})
 
 	// release, recorded in the stream.
@@ -112,7 +112,7 @@ func TestEveryCommandOverTLSWithAPrivateCA(t *testing.T) {
 	if n := rdb.XLen(ctx, "tls:demo").Val(); n == 0 {
 		t.Errorf("demo over TLS wrote no event to tls:demo")
 	}
-	evs := readStream(t, rdb, stream)
+	evs := redistest.ReadStream(t, rdb, stream).Events
 	if !slices.ContainsFunc(evs, func(e event.Event) bool { return e.Type == event.Forced && e.Key == "invoice:7" }) {
 		t.Errorf("no forced event for invoice:7 in %s: %+v", stream, evs)
 	}

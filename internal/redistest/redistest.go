@@ -1,10 +1,3 @@
-// Package redistest starts private redis-server processes on free loopback
-// ports for tests: one standalone server per test package (Shared), extra
-// servers for fault tests (Start, with Stop and Restart), and a 3-master
-// Redis Cluster (StartCluster).
-//
-// A missing redis-server binary is a test failure, never a skip: install the
-// Debian package redis-server (see .ci/run).
 package redistest
 
 import (
@@ -112,7 +105,8 @@ func Shared(tb testing.TB) *Server {
 	return shared
 }
 
-// Main runs the tests of a package and then stops its shared server:
+// Main runs the tests of a package and then stops its shared server and
+// removes the lockscope binary Lockscope built:
 //
 //	func TestMain(m *testing.M) { redistest.Main(m) }
 func Main(m *testing.M) {
@@ -120,6 +114,7 @@ func Main(m *testing.M) {
 	if shared != nil {
 		shared.Close()
 	}
+	removeLockscope()
 	os.Exit(code)
 }
 

@@ -175,7 +175,7 @@ func (s *Sentinel) Failover(ctx context.Context) error {
 		return err
 	}
 	s.old = net.JoinHostPort(before[0], before[1])
-	return poll(ctx, "failover did not complete", func() bool {
+	return settle(ctx, "failover did not complete", func() bool {
 		now, err := sc.GetMasterAddrByName(ctx, SentinelMaster).Result()
 		return err == nil && now[1] != before[1]
 	})
@@ -194,7 +194,7 @@ func (s *Sentinel) Settled(ctx context.Context) error {
 	}
 	old := redis.NewClient(&redis.Options{Addr: s.old, TLSConfig: s.clientTLS()})
 	defer old.Close()
-	return poll(ctx, "failover did not settle", func() bool {
+	return settle(ctx, "failover did not settle", func() bool {
 		var master string
 		for _, c := range scs {
 			m, err := c.GetMasterAddrByName(ctx, SentinelMaster).Result()
@@ -209,13 +209,10 @@ func (s *Sentinel) Settled(ctx context.Context) error {
 	})
 }
 
-func poll(ctx context.Context, what string, done func() bool) error {
-	for !done() {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: %s: %w", what, ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
+// settle waits for done, polling, until ctx ends.
+func settle(ctx context.Context, what string, done func() bool) error {
+	if !Poll(ctx, done) {
+		return fmt.Errorf("redistest: %s: %w", what, ctx.Err())
 	}
 	return nil
 }

@@ -1,0 +1,58 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+var lockscopeBin struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// Lockscope returns the path of the lockscope binary built from this module
+// (./cmd/lockscope), with -race when the test binary runs with the race
+// detector. It builds on first use, once per test process, not in
+// TestMain, so that listing the tests costs no build; Main removes it.
+func Lockscope(tb testing.TB) string {
+	tb.Helper()
+	b := &lockscopeBin
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "lockscope-bin-"); b.err != nil {
+			return
+		}
+		path := filepath.Join(b.dir, "lockscope")
+		args := []string{"build", "-o", path}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		// Minutes: the first -race build of the module on two loaded cores.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, "go", append(args, "github.com/lockscope/lockscope/cmd/lockscope")...).CombinedOutput()
+		if err != nil {
+			b.err = fmt.Errorf("go build ./cmd/lockscope: %v\n%s", err, out)
+			return
+		}
+		b.path = path
+	})
+	if b.err != nil {
+		tb.Fatal(b.err)
+	}
+	return b.path
+}
+
+// removeLockscope removes the built binary, if any.
+func removeLockscope() {
+	if lockscopeBin.dir != "" {
+		os.RemoveAll(lockscopeBin.dir)
+	}
+}
