@@ -163,7 +163,7 @@ func TestDirectAndBatched(t *testing.T) {
 	}
 	t.Logf("32 callers: %d single round trips, %d pipelines carrying %d commands; limit %d", single, pipes, piped, c.batch.limit)
 
-	eventually(t, 3*time.Second, "the crowd's flushers done", func() bool {
+	redistest.WaitFor(t, 3*time.Second, "the crowd's flushers done", func() bool {
 		c.batch.mu.Lock()
 		defer c.batch.mu.Unlock()
 		return c.batch.inflight == 0
@@ -290,7 +290,7 @@ func TestResultsUnderCancellation(t *testing.T) {
 				t.Fatalf("%d obtains succeeded and %d gave up, want some of each (the test proves nothing otherwise)", got.Load(), gaveUp.Load())
 			}
 			t.Logf("%d obtained, %d gave up", got.Load(), gaveUp.Load())
-			eventually(t, 5*time.Second, "obtains whose callers left released", func() bool {
+			redistest.WaitFor(t, 5*time.Second, "obtains whose callers left released", func() bool {
 				return len(rdb.Keys(context.Background(), p+"*").Val()) == 0
 			})
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -498,10 +499,10 @@ func TestObtainScriptIdempotent(t *testing.T) {
 }
 
 // TestAbandonedObtainIsReleased makes callers give up while their obtain
-// waits behind a slow script (in the batcher's queue, or in Redis on
+// waits behind a command Redis holds (in the batcher's queue, or in Redis on
 // another connection): the obtains still run after their callers left, and
-// must be released, not left held by nobody.
-// Both kinds of obtain: a plain SET, and obtain.lua when fencing.
+// must be released, not left held by nobody. Both kinds of obtain: a plain
+// SET, and obtain.lua when fencing.
 func TestAbandonedObtainIsReleased(t *testing.T) {
 	for _, fencing := range []bool{false, true} {
 		t.Run("fencing="+strconv.FormatBool(fencing), func(t *testing.T) { testAbandonedObtain(t, fencing) })
@@ -509,50 +510,86 @@ func TestAbandonedObtainIsReleased(t *testing.T) {
 }
 
 func testAbandonedObtain(t *testing.T, fencing bool) {
-	c, rdb, _, p := newClient(t, "quitter")
-	slow := redis.NewScript(`for i = 1, 20000000 do end return 1`)
+	// Its own server: CLIENT PAUSE holds every client of it.
+	srv := redistest.Start(t, redistest.Options{})
+	rdb, admin := srv.Client(t), srv.Client(t)
+	c := New(rdb, &Options{Owner: "quitter"})
+	p := redistest.KeyPrefix(t)
+	ctx := context.Background()
+
+	// Keyspace notifications show each queued obtain take its key after
+	// its caller left, and the release that follows.
+	sub := admin.PSubscribe(ctx, "__keyspace@0__:"+p+"[0-9]*")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string][]string{} // key → its operations, in order
+	go func() {
+		for m := range sub.Channel() {
+			mu.Lock()
+			key := strings.TrimPrefix(m.Channel, "__keyspace@0__:")
+			seen[key] = append(seen[key], m.Payload)
+			mu.Unlock()
+		}
+	}()
+
+	// The test, not the host's speed, decides how long the first command
+	// takes: Redis holds writes (a script that writes is one) until
+	// CLIENT UNPAUSE, and the obtains wait behind it, in the batcher's
+	// queue or in Redis on another connection.
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 60_000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpause := sync.OnceFunc(func() { admin.Do(ctx, "CLIENT", "UNPAUSE") })
+	t.Cleanup(unpause)
+	held := redis.NewScript(`return redis.call('SET', KEYS[1], '1')`)
 	busy := make(chan struct{})
 	go func() {
 		defer close(busy)
-		c.batch.run(context.Background(), slow, []string{p + "slow"})
+		c.batch.run(ctx, held, []string{p + "held"})
 	}()
-	time.Sleep(20 * time.Millisecond) // the slow script is on the wire
+	redistest.WaitFor(t, 10*time.Second, "the first command to wait in Redis", func() bool {
+		info, err := admin.Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:1\r")
+	})
 	var wg sync.WaitGroup
 	var refused atomic.Int64
 	for i := range 20 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
 			defer cancel()
-			l, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, &ObtainOptions{Fencing: fencing})
-			switch {
-			case errors.Is(err, context.DeadlineExceeded):
+			// Writes are paused on every connection, so none can
+			// succeed before its caller gives up, however fast the host.
+			if _, err := c.Obtain(ctx, p+strconv.Itoa(i), time.Minute, &ObtainOptions{Fencing: fencing}); errors.Is(err, context.DeadlineExceeded) {
 				refused.Add(1)
-			case err == nil:
-				// Sent on another connection before the slow script
-				// reached Redis (a slow host): not abandoned.
-				l.Release(context.Background())
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	select {
-	case <-busy:
-		t.Fatal("slow script finished before the callers gave up; the test proves nothing")
-	default:
+	if n := refused.Load(); n != 20 {
+		t.Fatalf("%d of 20 queued obtains timed out, want all", n)
 	}
-	if n := refused.Load(); n < 10 {
-		t.Fatalf("%d of 20 obtains behind the slow script timed out, want most", n)
-	}
+	unpause()
 	<-busy
-	redistest.WaitFor(t, 3*time.Second, "queued obtains sent", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "every abandoned obtain to take its key and release it", func() error {
+		if n := len(rdb.Keys(ctx, p+"[0-9]*").Val()); n > 0 {
+			return fmt.Errorf("%d keys still held", n)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range 20 {
+			if ops := seen[p+strconv.Itoa(i)]; !slices.Equal(ops, []string{"set", "del"}) && !slices.Equal(ops, []string{"set", "expire", "del"}) {
+				return fmt.Errorf("key %d: operations %q, want set then del", i, ops)
+			}
+		}
+		return nil
+	})
+	redistest.WaitFor(t, 3*time.Second, "no round trip in flight", func() bool {
 		c.batch.mu.Lock()
 		defer c.batch.mu.Unlock()
 		return c.batch.inflight == 0
-	})
-	redistest.WaitFor(t, 3*time.Second, "orphaned locks released", func() bool {
-		return len(rdb.Keys(context.Background(), p+"*").Val()) == 0
 	})
 }
 
