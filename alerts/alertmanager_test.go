@@ -11,7 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockscope/lockscope/alerts/promqltest"
+	"github.com/lockscope/lockscope/internal/promqltest"
 )
 
 const alertmanagerFile = "alertmanager.yml"

@@ -25,10 +25,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/lockscope/lockscope/alerts/promqltest"
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/collector/promexport"
 	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/internal/promqltest"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"

@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockscope/lockscope/alerts/promqltest"
+	"github.com/lockscope/lockscope/internal/promqltest"
 )
 
 const rulesFile = "lockscope.rules.yml"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockscope/lockscope/alerts/promqltest"
+	"github.com/lockscope/lockscope/internal/promqltest"
 	"github.com/lockscope/lockscope/internal/redistest"
 )
 
