@@ -75,4 +75,4 @@ bench:
 # The documented 10-minute soak (BENCHMARKS.md "Soak"); the suite runs a 30 s version.
 soak:
 	LOCKSCOPE_SOAK_DURATION=10m LOCKSCOPE_SOAK_RATE=34000 LOCKSCOPE_SOAK_CONCURRENCY=3000 LOCKSCOPE_SOAK_MAX_KEYS=200000 \
-	  $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 20m ./internal/reliability/
+	  $(GO) test -count=1 -run '^TestSoak$$' -v -timeout 20m ./test/reliability/

@@ -4,7 +4,10 @@
 // hashing, each partition owned by R replicas for availability. It holds
 // the assignment rule and the measures the document quotes (balance, and
 // how many partitions move when a replica joins or dies); nothing in the
-// binary uses it yet.
+// binary uses it yet. It lives under bench/ with the other measurements the
+// documents quote: run it with
+//
+//	go test -run TestOwnershipSimulation -v ./bench/scalesim/
 package scalesim
 
 import (

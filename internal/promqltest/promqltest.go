@@ -2,6 +2,7 @@
 // the Grafana dashboards) with the real Prometheus tools and against the
 // metrics the collector really exports. It does not import the
 // prometheus/prometheus module: promtool itself parses the expressions.
+// It is test support for the alerts and grafana tests, hence internal.
 //
 // A missing tool is a test failure, never a skip: promtool and prometheus
 // come with the Debian package prometheus, amtool with

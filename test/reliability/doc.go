@@ -7,5 +7,11 @@
 //
 // Everything lives in the package's tests; they run against real
 // redis-server processes (internal/redistest) and, where a process boundary
-// matters, the real lockscope binary.
+// matters, the real lockscope binary. Each package's own tests stay beside
+// it; this suite is what crosses packages and processes, and lives under
+// test/ so that internal/ holds only what the binary runs and the shared
+// test support. The end-to-end benchmarks of the binary (BenchmarkServeDrain,
+// BenchmarkServeLive, BenchmarkServeMemory) live here too: they drive
+// `lockscope serve` with this suite's harness. Benchmarks of libraries are
+// under bench/.
 package reliability

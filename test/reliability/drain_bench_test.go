@@ -28,7 +28,7 @@ import (
 // each is a page of memory touched for the first time, which the kernel
 // maps and zeroes (some 13 µs a page on this project's VM, BENCHMARKS.md).
 //
-//	go test -run '^$' -bench BenchmarkServeDrain -benchtime 1x -count 5 ./internal/reliability/
+//	go test -run '^$' -bench BenchmarkServeDrain -benchtime 1x -count 5 ./test/reliability/
 func BenchmarkServeDrain(b *testing.B) {
 	forKeyCounts(b, func(b *testing.B, sb serveBench) {
 		var elapsed time.Duration
@@ -150,7 +150,7 @@ func fillStream(ctx context.Context, b *testing.B, s *lock.StreamSink, keys, n i
 // time from the last write until then (how far behind serve was), and
 // serve's minor page faults meanwhile.
 //
-//	go test -run '^$' -bench BenchmarkServeLive -benchtime 1x -count 3 ./internal/reliability/
+//	go test -run '^$' -bench BenchmarkServeLive -benchtime 1x -count 3 ./test/reliability/
 func BenchmarkServeLive(b *testing.B) {
 	forKeyCounts(b, func(b *testing.B, sb serveBench) {
 		var cpu, lag time.Duration

@@ -22,7 +22,7 @@ import (
 // reading the pages and the API an operator would open (overview, keys pages
 // sorted and paged, key pages, the blocking view, the JSON lists, /metrics).
 //
-//	go test -run '^$' -bench BenchmarkServeMemory -benchtime 1x -count 3 ./internal/reliability/
+//	go test -run '^$' -bench BenchmarkServeMemory -benchtime 1x -count 3 ./test/reliability/
 func BenchmarkServeMemory(b *testing.B) {
 	bin := buildLockscope(b)
 	srv := redistest.Start(b, redistest.Options{})

@@ -17,7 +17,7 @@ import (
 // documented run (BENCHMARKS.md, "Soak") sets the environment:
 //
 //	LOCKSCOPE_SOAK_DURATION=10m LOCKSCOPE_SOAK_RATE=34000 LOCKSCOPE_SOAK_MAX_KEYS=200000 \
-//	  go test -run '^TestSoak$' -v -timeout 20m ./internal/reliability/
+//	  go test -run '^TestSoak$' -v -timeout 20m ./test/reliability/
 type soakConfig struct {
 	duration    time.Duration // of the measured part, after the warm-up
 	rate        int           // lock attempts per second asked of lockscope load
