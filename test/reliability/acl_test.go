@@ -258,7 +258,7 @@ func TestACLApplications(t *testing.T) {
 	if err := line.without("app-load", -1).apply(ctx, admin); err != nil {
 		t.Fatal(err)
 	}
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	out, err := exec.CommandContext(ctx, bin, "load", "--redis", "redis://app-load:"+line.password()+"@"+srv.Addr(),
 		"--key-prefix", "app:", "--duration", "2s", "--report-every", "1s").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), " errors=0 ") || !strings.Contains(string(out), "dropped=0\n") {
@@ -364,7 +364,7 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 			pipe.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "dead", Streams: []string{stream, ">"}, Count: 1, Block: -1})
 			pipe.Exec(ctx) // NOGROUP when the collector could not create it
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		redistest.Sleep(ctx, 200*time.Millisecond)
 
 		problems = problems[:0]
 		if err := agg.Health(); err != nil {
@@ -426,9 +426,9 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	first, _ := newAggregator(t, state.Config{})
 	stop := run(first)
 	wctx, wcancel := context.WithTimeout(ctx, 4*time.Second)
-	ok := waitFor(wctx, func() bool { return first.Health() == nil && held(first, before) })
+	ok := redistest.Poll(wctx, func() bool { return first.Health() == nil && held(first, before) })
 	wcancel()
-	sleepCtx(ctx, 300*time.Millisecond) // a presence refresh and more
+	redistest.Sleep(ctx, 300*time.Millisecond) // a presence refresh and more
 	stop()
 	if !ok {
 		return fmt.Errorf("first start: health %v, event written before it replayed: %v; log: %s", first.Health(), held(first, before), logs.String())
@@ -455,14 +455,14 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 		if len(problems) == 0 {
 			break
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		redistest.Sleep(ctx, 100*time.Millisecond)
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
 	// The checkpoint is written every few seconds: wait for one, and for
 	// no warning about it.
-	sleepCtx(ctx, 5500*time.Millisecond)
+	redistest.Sleep(ctx, 5500*time.Millisecond)
 	if l := logs.String(); strings.Contains(l, "checkpoint") {
 		return errors.New("checkpoint: " + l)
 	}
@@ -504,7 +504,7 @@ func TestACLOperator(t *testing.T) {
 		if n := admin.Exists(ctx, key).Val(); n != 0 {
 			return fmt.Errorf("%q still exists after lockscope release", key)
 		}
-		evs, _ := streamEvents(ctx, t, admin, event.DefaultStream)
+		evs := redistest.ReadStream(t, admin, event.DefaultStream).Events
 		for _, e := range evs {
 			if e.Type == event.Forced && e.Key == key && e.By == "op" && e.Reason == "acl test" && e.Owner == "app-1" {
 				return nil

@@ -6,9 +6,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,46 +14,6 @@ import (
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/internal/syncbuf"
 )
-
-// lockscopeBin is the real binary, built once for the tests that run at
-// the same time and removed when the last of them ends.
-var lockscopeBin struct {
-	sync.Mutex
-	dir   string
-	users int
-}
-
-// buildLockscope returns the path of the lockscope binary built from this
-// tree, building it if no running test has.
-func buildLockscope(t testing.TB) string {
-	t.Helper()
-	b := &lockscopeBin
-	b.Lock()
-	defer b.Unlock()
-	if b.dir == "" {
-		dir, err := os.MkdirTemp("", "lockscope-reliability-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := testCtx(t, 3*time.Minute)
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(dir, "lockscope"), "github.com/lockscope/lockscope/cmd/lockscope").CombinedOutput()
-		if err != nil {
-			os.RemoveAll(dir)
-			t.Fatalf("go build ./cmd/lockscope: %v\n%s", err, out)
-		}
-		b.dir = dir
-	}
-	b.users++
-	t.Cleanup(func() {
-		b.Lock()
-		defer b.Unlock()
-		if b.users--; b.users == 0 {
-			os.RemoveAll(b.dir)
-			b.dir = ""
-		}
-	})
-	return filepath.Join(b.dir, "lockscope")
-}
 
 // proc is a running lockscope command.
 type proc struct {
@@ -112,7 +70,7 @@ func startServeOn(t testing.TB, bin, redisURL, listen string, env []string, args
 	p := startLockscope(t, bin, env, append([]string{"serve", "--redis", redisURL, "--listen", listen, "--log-level", "warn"}, args...)...)
 	p.listen = listen
 	ctx := testCtx(t, 20*time.Second)
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		select {
 		case <-p.done:
 			return true

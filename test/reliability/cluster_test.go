@@ -20,7 +20,7 @@ import (
 // serve must see every event and every master's keys, locks must list holders
 // of all masters, and release must reach a key on any master.
 func TestBinaryOnRedisCluster(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	cl := redistest.StartCluster(t)
 	addrs := cl.Addrs()
 	oneNode := "redis://" + addrs[0]
@@ -50,7 +50,7 @@ func TestBinaryOnRedisCluster(t *testing.T) {
 	if written < 100 {
 		t.Fatalf("load wrote %d events to the stream, want hundreds", written)
 	}
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		v, err := viewOf(ctx, serve)
 		return err == nil && v.Ingesting && serve.metrics(ctx, t).sum("lockscope_events_total") >= float64(written)
 	}) {
@@ -114,7 +114,7 @@ func TestBinaryOnRedisCluster(t *testing.T) {
 			t.Errorf("%s still exists after release", k)
 		}
 	}
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		m := serve.metrics(ctx, t)
 		return m.sum("lockscope_forced_releases_total") == 3 && m.sum("lockscope_held_locks", "class", "py:job:*") == 1
 	}) {
@@ -128,7 +128,7 @@ func TestBinaryOnRedisCluster(t *testing.T) {
 // events over three stream keys that the Cluster puts on three masters, and
 // serve (given the same flag) reads all three: every event applied.
 func TestPartitionedStreamsOnRedisCluster(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	cl := redistest.StartCluster(t)
 	addrs := cl.Addrs()
 	url := "redis://" + addrs[1]
@@ -163,7 +163,7 @@ func TestPartitionedStreamsOnRedisCluster(t *testing.T) {
 	if len(nodes) != 3 {
 		t.Errorf("the 3 partitions live on %d masters, want 3", len(nodes))
 	}
-	if !waitFor(ctx, func() bool { return serve.metrics(ctx, t).sum("lockscope_events_total") >= float64(written) }) {
+	if !redistest.Poll(ctx, func() bool { return serve.metrics(ctx, t).sum("lockscope_events_total") >= float64(written) }) {
 		t.Fatalf("serve --partitions 3 applied %v of %d events", serve.metrics(ctx, t).sum("lockscope_events_total"), written)
 	}
 	if got := serve.metrics(ctx, t).sum("lockscope_events_total"); got != float64(written) {

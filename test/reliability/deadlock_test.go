@@ -39,7 +39,7 @@ func crossedMain(ctx context.Context, b []byte) (any, error) {
 	c := lock.New(rdb, &lock.Options{Owner: cfg.Owner, Recorder: em})
 	err = c.Do(ctx, cfg.First, time.Minute, nil, func(ctx context.Context) error {
 		for rdb.Exists(ctx, cfg.Go).Val() == 0 {
-			if !sleep(ctx, 10*time.Millisecond) {
+			if !redistest.Sleep(ctx, 10*time.Millisecond) {
 				return ctx.Err()
 			}
 		}
@@ -49,15 +49,6 @@ func crossedMain(ctx context.Context, b []byte) (any, error) {
 		return err
 	})
 	return map[string]string{"err": errString(err)}, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
-	}
 }
 
 func errString(err error) string {
@@ -73,7 +64,7 @@ func errString(err error) string {
 // wait never ends, yet it disappears once its deadline has passed, and the
 // cycle with it.
 func TestDeadlockBetweenTwoProcesses(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := testCtx(t, time.Minute)
 	serve := startServe(t, bin, srv.URL(), nil)
@@ -141,7 +132,7 @@ func TestDeadlockBetweenTwoProcesses(t *testing.T) {
 // at zero with the process, and rate() over the restart would otherwise
 // report a new deadlock that is not one (at every restart while it lasts).
 func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
 	ctx := testCtx(t, time.Minute)
 	serve := startServe(t, bin, srv.URL(), nil)
@@ -152,7 +143,7 @@ func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
 		m := p.metrics(ctx, t)
 		return m.sum("lockscope_deadlock_cycles"), m.sum("lockscope_deadlocks_detected_total")
 	}
-	if !waitFor(testCtx(t, 5*time.Second), func() bool { c, d := figures(serve); return c == 1 && d == 1 }) {
+	if !redistest.Poll(testCtx(t, 5*time.Second), func() bool { c, d := figures(serve); return c == 1 && d == 1 }) {
 		c, d := figures(serve)
 		t.Fatalf("before the restart: %v cycles, %v detected; want 1 and 1", c, d)
 	}
@@ -162,7 +153,7 @@ func TestDeadlockCountedOnceAcrossARestart(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	serve.kill(t)
 	serve = startServeOn(t, bin, srv.URL(), serve.listen, nil)
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { c, _ := figures(serve); return c == 1 }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { c, _ := figures(serve); return c == 1 }) {
 		c, d := figures(serve)
 		t.Fatalf("after the restart: %v cycles, %v detected; want the deadlock shown", c, d)
 	}
@@ -183,7 +174,7 @@ func deadlockProcesses(ctx context.Context, t *testing.T, srv *redistest.Server,
 	a := startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-a", First: "ledger:1", Second: "account:1", Go: "go", Wait: waitA})
 	startHelper(t, "crossed", crossedConfig{Redis: srv.URL(), Owner: "service-b", First: "account:1", Second: "ledger:1", Go: "go", Wait: waitB})
 	rdb := srv.Client(t)
-	if !waitFor(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
+	if !redistest.Poll(ctx, func() bool { return rdb.Exists(ctx, "ledger:1", "account:1").Val() == 2 }) {
 		t.Fatal("the two processes did not take their first locks")
 	}
 	rdb.Set(ctx, "go", "1", time.Minute)

@@ -27,7 +27,7 @@ func TestDocsRedisCLIExampleShowsAHolder(t *testing.T) {
 		t.Fatal("docs/events.md has no redis-cli XADD example")
 	}
 	srv := redistest.Start(t, redistest.Options{})
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	p := startServe(t, bin, srv.URL(), nil)
 	script := strings.Replace(string(m[1]), "redis-cli ", "redis-cli -p "+srv.Addr()[strings.LastIndex(srv.Addr(), ":")+1:]+" ", 1)
 	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
@@ -41,7 +41,7 @@ func TestDocsRedisCLIExampleShowsAHolder(t *testing.T) {
 		Expirations int64 `json:"expirations_5m"`
 	}
 	ctx := testCtx(t, 10*time.Second)
-	ok := waitFor(ctx, func() bool {
+	ok := redistest.Poll(ctx, func() bool {
 		return getJSON(p.url("/api/v1/locks/job:42"), &lock) && lock.Held
 	})
 	if !ok || lock.Owner != "billing/host-3/911" {

@@ -40,7 +40,7 @@ func BenchmarkServeDrain(b *testing.B) {
 			start := time.Now()
 			p := startServe(b, sb.bin, sb.srv.URL(), nil, "--stream", stream)
 			var counted float64
-			if !waitFor(sb.ctx, func() bool {
+			if !redistest.Poll(sb.ctx, func() bool {
 				m, _, err := scrape(sb.ctx, p.url("/metrics"))
 				if err == nil {
 					counted = m.sum("lockscope_events_total")
@@ -94,7 +94,7 @@ func forKeyCounts(b *testing.B, f func(b *testing.B, sb serveBench)) {
 	for _, keys := range []int{10_000, 500_000} {
 		b.Run("keys="+strconv.Itoa(keys), func(b *testing.B) {
 			srv := redistest.Start(b, redistest.Options{})
-			f(b, serveBench{keys: keys, bin: buildLockscope(b), srv: srv, rdb: srv.Client(b), ctx: testCtx(b, 10*time.Minute)})
+			f(b, serveBench{keys: keys, bin: redistest.Lockscope(b), srv: srv, rdb: srv.Client(b), ctx: testCtx(b, 10*time.Minute)})
 		})
 	}
 }
@@ -172,7 +172,7 @@ func BenchmarkServeLive(b *testing.B) {
 			if err := sink.Write(sb.ctx, warm); err != nil {
 				b.Fatal(err)
 			}
-			if !waitFor(sb.ctx, func() bool { return counted() >= 1 }) {
+			if !redistest.Poll(sb.ctx, func() bool { return counted() >= 1 }) {
 				b.Fatal("serve did not count the first event")
 			}
 			want := float64(1)
@@ -188,7 +188,7 @@ func BenchmarkServeLive(b *testing.B) {
 					writeLive(sb.ctx, b, sink, sb.keys, 0)
 					want += liveEvents
 				}
-				if !waitFor(sb.ctx, func() bool { return counted() >= want }) {
+				if !redistest.Poll(sb.ctx, func() bool { return counted() >= want }) {
 					b.Fatal("serve did not count the warm-up events")
 				}
 			}
@@ -200,7 +200,7 @@ func BenchmarkServeLive(b *testing.B) {
 			wrote := time.Now()
 			want += liveEvents
 			var n float64
-			if !waitFor(sb.ctx, func() bool { n = counted(); return n >= want }) {
+			if !redistest.Poll(sb.ctx, func() bool { n = counted(); return n >= want }) {
 				b.Fatalf("serve counted %v of %v events", n, want)
 			}
 			lag += time.Since(wrote)

@@ -131,7 +131,7 @@ func get(ctx context.Context, u string) (int, []byte, error) {
 // (oversized, unknown schema version, corrupt) are counted and skipped.
 func TestHostileKeysEndToEnd(t *testing.T) {
 	t.Parallel()
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := testCtx(t, 60*time.Second)
@@ -169,7 +169,7 @@ func TestHostileKeysEndToEnd(t *testing.T) {
 	}
 	want := float64(em.Stats().Sent)
 	var m families
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		m = serve.metrics(ctx, t)
 		return m.sum("lockscope_events_total") >= want && m.sum("lockscope_events_malformed_total") >= float64(len(bad))
 	}) {

@@ -53,7 +53,7 @@ func entryEvents(t *testing.T, m redis.XMessage) int {
 func TestCollectorKilledMidIngest(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	t.Logf("built in %v", time.Since(start))
 	srv := redistest.Start(t, redistest.Options{Notify: "none"})
 	rdb := srv.Client(t)
@@ -66,7 +66,7 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 		written  = perEntry * entries // 200k events
 	)
 	p1 := startServe(t, bin, srv.URL(), nil, "--group", group, "--consumer", "c1")
-	if !waitFor(ctx, func() bool { return len(rdb.XInfoGroups(ctx, stream).Val()) == 1 }) {
+	if !redistest.Poll(ctx, func() bool { return len(rdb.XInfoGroups(ctx, stream).Val()) == 1 }) {
 		t.Fatal("serve did not create its consumer group")
 	}
 
@@ -94,7 +94,7 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 	// acknowledges them once applied, so the pending list is watched
 	// closely and serve stopped the moment it is not empty.
 	var lastScrape float64
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		if m, _, err := scrape(ctx, p1.url("/metrics")); err == nil {
 			lastScrape = m.sum("lockscope_events_total")
 		}
@@ -176,7 +176,7 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 	}
 	want := float64(written - acked)
 	var got float64
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		got = p2.metrics(ctx, t).sum("lockscope_events_total")
 		return got >= want
 	}) {

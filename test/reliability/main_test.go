@@ -47,33 +47,6 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// streamEvents reads every entry of stream and decodes it, returning the
-// events and the number of entries that did not decode.
-func streamEvents(ctx context.Context, t testing.TB, rdb redis.UniversalClient, stream string) ([]event.Event, int) {
-	t.Helper()
-	var out []event.Event
-	bad := 0
-	start := "-"
-	for {
-		msgs, err := rdb.XRangeN(ctx, stream, start, "+", 1000).Result()
-		if err != nil {
-			t.Fatalf("XRANGE %s: %v", stream, err)
-		}
-		for _, m := range msgs {
-			evs, err := event.Decode(m.Values)
-			if err != nil {
-				bad++
-				continue
-			}
-			out = append(out, evs...)
-		}
-		if len(msgs) < 1000 {
-			return out, bad
-		}
-		start = "(" + msgs[len(msgs)-1].ID
-	}
-}
-
 // countTypes counts events by type; Dropped events count their Count.
 func countTypes(evs []event.Event) (byType map[event.Type]int, droppedReported int64) {
 	byType = make(map[event.Type]int)
@@ -84,23 +57,6 @@ func countTypes(evs []event.Event) (byType map[event.Type]int, droppedReported i
 		}
 	}
 	return byType, droppedReported
-}
-
-// waitFor polls cond every 20ms until it holds or ctx ends; it reports
-// whether cond held.
-func waitFor(ctx context.Context, cond func() bool) bool {
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for {
-		if cond() {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return cond()
-		case <-t.C:
-		}
-	}
 }
 
 // quietLog discards logs of components under test unless -v is given.

@@ -24,7 +24,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkServeMemory -benchtime 1x -count 3 ./test/reliability/
 func BenchmarkServeMemory(b *testing.B) {
-	bin := buildLockscope(b)
+	bin := redistest.Lockscope(b)
 	srv := redistest.Start(b, redistest.Options{})
 	rdb := srv.Client(b)
 	ctx := testCtx(b, 10*time.Minute)
@@ -51,7 +51,7 @@ func BenchmarkServeMemory(b *testing.B) {
 				}
 			})
 		}
-		if !waitFor(ctx, func() bool {
+		if !redistest.Poll(ctx, func() bool {
 			m, _, err := scrape(ctx, p.url("/metrics"))
 			return err == nil && m.sum("lockscope_events_total") >= drainEvents
 		}) {

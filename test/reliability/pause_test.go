@@ -195,12 +195,12 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 	go func() {
 		defer opWG.Done()
 		for opCtx.Err() == nil {
-			sleepCtx(opCtx, 300*time.Millisecond)
+			redistest.Sleep(opCtx, 300*time.Millisecond)
 			seen, err := op.Inspect(opCtx, key)
 			if err != nil {
 				continue
 			}
-			sleepCtx(opCtx, time.Duration(rand.Int64N(int64(r.ttl))))
+			redistest.Sleep(opCtx, time.Duration(rand.Int64N(int64(r.ttl))))
 			got, err := op.ForceRelease(opCtx, key, seen.Fingerprint, "operator", "reliability test")
 			switch {
 			case err == nil:
@@ -222,7 +222,7 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 
 	stop := time.Now().Add(r.duration)
 	for time.Now().Before(stop) && ctx.Err() == nil {
-		sleepCtx(ctx, time.Duration(50+rand.IntN(100))*time.Millisecond)
+		redistest.Sleep(ctx, time.Duration(50+rand.IntN(100))*time.Millisecond)
 		h, err := op.Inspect(ctx, key)
 		if err != nil {
 			continue
@@ -238,13 +238,13 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 		if err := waitStopped(proc.cmd.Process.Pid, 2*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		sleepCtx(ctx, 20*time.Millisecond)
+		redistest.Sleep(ctx, 20*time.Millisecond)
 		if h2, err := op.Inspect(ctx, key); err != nil || h2.Lease != h.Lease {
 			proc.signal(syscall.SIGCONT)
 			continue
 		}
 		pp := pause{lease: h.Lease, owner: h.Owner, from: time.Now()}
-		sleepCtx(ctx, r.pause)
+		redistest.Sleep(ctx, r.pause)
 		if h2, err := op.Inspect(ctx, key); err == nil {
 			pp.successor = h2.Lease
 		}
@@ -276,14 +276,14 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 	if err := opEm.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	out.events, _ = streamEvents(ctx, t, rdb, stream)
+	out.events = redistest.ReadStream(t, rdb, stream).Events
 	want := float64(len(out.events))
-	if !waitFor(ctx, func() bool { return gather(t, reg).sum("lockscope_events_total") >= want }) {
+	if !redistest.Poll(ctx, func() bool { return gather(t, reg).sum("lockscope_events_total") >= want }) {
 		t.Fatalf("collector applied %v events, want %v", gather(t, reg).sum("lockscope_events_total"), want)
 	}
 	// Give the collector's expiry detection (ExpiryGrace 1s) time to decide
 	// the last holds.
-	sleepCtx(ctx, 1500*time.Millisecond)
+	redistest.Sleep(ctx, 1500*time.Millisecond)
 	out.agg, out.metrics, out.key = agg, gather(t, reg), key
 	t.Logf("fencing=%v pauses=%d forced=%d (refused %d) outcomes=%v", r.fencing, len(out.pauses), len(out.forced), out.forcedStale, out.outcomes)
 	return out
@@ -444,15 +444,6 @@ func waitStopped(pid int, within time.Duration) error {
 			return fmt.Errorf("process %d not stopped %v after SIGSTOP", pid, within)
 		}
 		time.Sleep(time.Millisecond)
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

@@ -198,7 +198,7 @@ func lockThroughFaults(t *testing.T, opt redis.Options) {
 	// discards the connections they timed out on.
 	proxy.Resume()
 	var l *lock.Lease
-	if !waitFor(testCtx(t, 10*time.Second), func() bool {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool {
 		octx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		l, err = client.Obtain(octx, p+"after", time.Second, nil)
@@ -213,7 +213,7 @@ func lockThroughFaults(t *testing.T, opt redis.Options) {
 	for _, phase := range []string{"latency", "stall"} {
 		for i := range 8 {
 			k := fmt.Sprintf("%s%s:%d", p, phase, i)
-			if !waitFor(testCtx(t, 5*time.Second), func() bool { return direct.Exists(ctx, k).Val() == 0 }) {
+			if !redistest.Poll(testCtx(t, 5*time.Second), func() bool { return direct.Exists(ctx, k).Val() == 0 }) {
 				t.Errorf("key %q still held %v after its Obtain timed out, want released (orphan cleanup)", k, direct.PTTL(ctx, k).Val())
 			}
 		}
@@ -230,7 +230,8 @@ func lockThroughFaults(t *testing.T, opt redis.Options) {
 	if st.Recorded != st.Sent+st.Dropped {
 		t.Errorf("Stats() = %+v: recorded != sent + dropped", st)
 	}
-	evs, bad := streamEvents(ctx, t, direct, stream)
+	read := redistest.ReadStream(t, direct, stream)
+	evs, bad := read.Events, read.Malformed
 	byType, reported := countTypes(evs)
 	if bad != 0 {
 		t.Errorf("%d stream entries do not decode", bad)

@@ -17,7 +17,7 @@ func TestReadyzTurnsUnreadyWhileRedisStalls(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Start(t, redistest.Options{})
 	proxy := faultproxy.Start(t, srv.Addr())
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	p := startServe(t, bin, "redis://"+proxy.Addr(), nil)
 	client := &http.Client{Timeout: 5 * time.Second}
 	readyz := func() (int, string, time.Duration) {
@@ -31,7 +31,7 @@ func TestReadyzTurnsUnreadyWhileRedisStalls(t *testing.T) {
 		return resp.StatusCode, string(b), time.Since(start)
 	}
 	ctx := testCtx(t, 15*time.Second)
-	if !waitFor(ctx, func() bool { code, _, _ := readyz(); return code == 200 }) {
+	if !redistest.Poll(ctx, func() bool { code, _, _ := readyz(); return code == 200 }) {
 		t.Fatal("/readyz never 200 before the stall")
 	}
 	proxy.Stall()
@@ -47,7 +47,7 @@ func TestReadyzTurnsUnreadyWhileRedisStalls(t *testing.T) {
 		t.Errorf("/readyz 3s into the stall = %d %q, want 503", code, body)
 	}
 	proxy.Resume()
-	if !waitFor(ctx, func() bool { code, _, _ := readyz(); return code == 200 }) {
+	if !redistest.Poll(ctx, func() bool { code, _, _ := readyz(); return code == 200 }) {
 		code, body, _ := readyz()
 		t.Errorf("/readyz after the stall = %d %q, want 200 again", code, body)
 	}

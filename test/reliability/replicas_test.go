@@ -48,7 +48,7 @@ func viewOf(ctx context.Context, p *proc) (replicaView, error) {
 // its own group, the two split the stream and each invented hundreds of
 // expirations.
 func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := testCtx(t, 3*time.Minute)
@@ -58,12 +58,12 @@ func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
 	load := startLockscope(t, bin, nil, "load", "--redis", srv.URL(), "--key-prefix", "rep:",
 		"--rate", "200", "--concurrency", "8", "--speed", "20", "--report-every", "0", "--log-level", "warn")
 
-	sleepCtx(ctx, 5*time.Second)
+	redistest.Sleep(ctx, 5*time.Second)
 	b.kill(t)
-	sleepCtx(ctx, 500*time.Millisecond)
+	redistest.Sleep(ctx, 500*time.Millisecond)
 	restart := time.Now()
 	b = startServeOn(t, bin, srv.URL(), b.listen, nil) // the same replica: same host and port
-	if !waitFor(ctx, func() bool {
+	if !redistest.Poll(ctx, func() bool {
 		resp, err := http.Get(b.url("/readyz"))
 		if err != nil {
 			return false
@@ -78,7 +78,7 @@ func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
 	if ready > 5*time.Second {
 		t.Errorf("restarted replica ready after %v, want within 5s", ready)
 	}
-	sleepCtx(ctx, 4*time.Second)
+	redistest.Sleep(ctx, 4*time.Second)
 
 	load.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -121,7 +121,7 @@ func TestTwoReplicasAndASIGKILLShowOneTruth(t *testing.T) {
 			t.Fatalf("after 60s: replica a shows %+v (%v), the restarted b %+v (%v), Redis holds %d locks of the load; want them equal, with nothing held\nrecent events on a:\n%s\nrecent events on b:\n%s",
 				va, errA, vb, errB, locks, expiredByKey(ctx, a), expiredByKey(ctx, b))
 		}
-		sleepCtx(ctx, 200*time.Millisecond)
+		redistest.Sleep(ctx, 200*time.Millisecond)
 	}
 }
 

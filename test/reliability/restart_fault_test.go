@@ -66,7 +66,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 	// Ready once the group exists and the collector says so. Before Run
 	// starts Health is nil too, so the group is checked first: once it
 	// exists Run has started, and nil health then means ready.
-	if !waitFor(testCtx(t, 10*time.Second), func() bool {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool {
 		return len(colRDB.XInfoGroups(ctx, stream).Val()) == 1 && agg.Health() == nil
 	}) {
 		t.Fatalf("collector not ready: %v", agg.Health())
@@ -97,7 +97,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 				healthMu.Unlock()
 				last = s
 			}
-			sleepCtx(sampleCtx, 10*time.Millisecond)
+			redistest.Sleep(sampleCtx, 10*time.Millisecond)
 		}
 	}()
 
@@ -140,7 +140,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 				if err != nil {
 					failed.Add(1)
 					errSamples.LoadOrStore(w, err.Error())
-					sleepCtx(workCtx, 10*time.Millisecond)
+					redistest.Sleep(workCtx, 10*time.Millisecond)
 					continue
 				}
 				if restarted.Load() {
@@ -148,7 +148,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 				} else {
 					okBefore.Add(1)
 				}
-				sleepCtx(workCtx, 5*time.Millisecond)
+				redistest.Sleep(workCtx, 5*time.Millisecond)
 				rctx, cancel := context.WithTimeout(ctx, obtainDeadline)
 				l.Release(rctx)
 				cancel()
@@ -156,18 +156,18 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 		}()
 	}
 
-	sleepCtx(ctx, 700*time.Millisecond)
+	redistest.Sleep(ctx, 700*time.Millisecond)
 	droppedBefore := em.Stats().Dropped
 	srv.Stop()
 	// Nothing more can reach the collector: what it counted now is all it
 	// will ever get from the old stream (lost with Redis's memory).
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { return agg.Health() != nil }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { return agg.Health() != nil }) {
 		t.Fatalf("collector still ready 10s after Redis died")
 	}
-	sleepCtx(ctx, 300*time.Millisecond) // let the applier finish the batch in hand
+	redistest.Sleep(ctx, 300*time.Millisecond) // let the applier finish the batch in hand
 	countedBefore := gather(t, reg).sum("lockscope_events_total")
 	failedWhileDown := failed.Load()
-	sleepCtx(ctx, 700*time.Millisecond)
+	redistest.Sleep(ctx, 700*time.Millisecond)
 	failedWhileDown = failed.Load() - failedWhileDown
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
@@ -175,10 +175,10 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 	restarted.Store(true)
 
 	// Recovery: locks, collector readiness.
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { return okAfter.Load() >= 20 }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { return okAfter.Load() >= 20 }) {
 		t.Errorf("successful Obtains after the restart = %d within 10s, want >= 20", okAfter.Load())
 	}
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { return agg.Health() == nil }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { return agg.Health() == nil }) {
 		t.Errorf("collector not ready 10s after Redis came back: %v", agg.Health())
 	}
 	for i, l := range renewing {
@@ -191,7 +191,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 			t.Errorf("renewing lease %d not lost 5s after Redis restarted empty", i)
 		}
 	}
-	sleepCtx(ctx, 500*time.Millisecond)
+	redistest.Sleep(ctx, 500*time.Millisecond)
 	stopWork()
 	wg.Wait()
 
@@ -203,7 +203,8 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 	cancel()
 	st := em.Stats()
 	droppedInOutage := st.Dropped - droppedBefore
-	evs, bad := streamEvents(ctx, t, colRDB, stream)
+	read := redistest.ReadStream(t, colRDB, stream)
+	evs, bad := read.Events, read.Malformed
 	byType, reported := countTypes(evs)
 	if droppedInOutage == 0 || reported != int64(droppedInOutage) {
 		t.Errorf("dropped events in the new stream report %d drops, want Stats().Dropped delta %d (> 0)", reported, droppedInOutage)
@@ -214,11 +215,11 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 
 	// The collector counts every event of the new stream exactly once.
 	want := countedBefore + float64(len(evs))
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { return gather(t, reg).sum("lockscope_events_total") >= want }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { return gather(t, reg).sum("lockscope_events_total") >= want }) {
 		t.Errorf("lockscope_events_total = %v, want %v (%v before + %d in the new stream)",
 			gather(t, reg).sum("lockscope_events_total"), want, countedBefore, len(evs))
 	}
-	sleepCtx(ctx, 300*time.Millisecond)
+	redistest.Sleep(ctx, 300*time.Millisecond)
 	m := gather(t, reg)
 	if got := m.sum("lockscope_events_total"); got != want {
 		t.Errorf("lockscope_events_total = %v, want exactly %v (%v before + %d in the new stream)", got, want, countedBefore, len(evs))

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // TestSentinelFailoverUnderLoad: serve and load given the Sentinel URL form
@@ -19,7 +20,7 @@ import (
 // (before, a serve pointed at the master sat on READONLY forever), and the
 // operator commands must work through Sentinel too.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	sn := redistest.StartSentinel(t)
 	ctx := testCtx(t, 2*time.Minute)
 	url := sn.URL()
@@ -28,7 +29,7 @@ func TestSentinelFailoverUnderLoad(t *testing.T) {
 	startLockscope(t, bin, nil, "load", "--redis", url, "--key-prefix", "sn:", "--scenarios", "payments,inventory",
 		"--rate", "100", "--concurrency", "4", "--report-every", "0", "--log-level", "warn")
 	events := func() float64 { return serve.metrics(ctx, t).sum("lockscope_events_total") }
-	if !waitFor(ctx, func() bool { return events() > 200 }) {
+	if !redistest.Poll(ctx, func() bool { return events() > 200 }) {
 		t.Fatalf("serve through Sentinel applied %v events, want > 200", events())
 	}
 

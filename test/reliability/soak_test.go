@@ -65,7 +65,7 @@ type soakSample struct {
 func TestSoak(t *testing.T) {
 	t.Parallel()
 	cfg := soakFromEnv(t)
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{Notify: "none"})
 	ctx := testCtx(t, cfg.duration+3*time.Minute)
 	var env []string
@@ -85,7 +85,7 @@ func TestSoak(t *testing.T) {
 		"--duration", total.String(), "--report-every", "0", "--log-level", "warn")
 
 	start := time.Now()
-	sleepCtx(ctx, warm)
+	redistest.Sleep(ctx, warm)
 	warmEnd := float64(time.Now().UnixNano()) / 1e9
 	var samples []soakSample
 	next := time.Now()
@@ -101,7 +101,7 @@ func TestSoak(t *testing.T) {
 			lag: m.sum("lockscope_stream_lag_entries"), goroutines: m.sum("go_goroutines"),
 		})
 		next = next.Add(cfg.every)
-		sleepCtx(ctx, time.Until(next))
+		redistest.Sleep(ctx, time.Until(next))
 	}
 	select {
 	case <-load.done:
@@ -120,10 +120,10 @@ func TestSoak(t *testing.T) {
 		return m.sum("lockscope_events_total") - m.sum("lockscope_events_total", "type", "dropped")
 	}
 	var got float64
-	if !waitFor(testCtx(t, 60*time.Second), func() bool { got = counted(); return got >= float64(sent) }) {
+	if !redistest.Poll(testCtx(t, 60*time.Second), func() bool { got = counted(); return got >= float64(sent) }) {
 		t.Errorf("serve counted %v events, want the %d load sent", got, sent)
 	}
-	sleepCtx(ctx, time.Second)
+	redistest.Sleep(ctx, time.Second)
 	if got = counted(); got != float64(sent) {
 		t.Errorf("serve counted %v events (dropped reports aside), want exactly the %d load sent", got, sent)
 	}

@@ -63,7 +63,7 @@ func TestStreamTrimmedUnderLaggingCollector(t *testing.T) {
 	// Caught up on 300 entries first.
 	const before = 300
 	xaddEvents(ctx, t, direct, stream, before, 0, p+"job")
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { return gather(t, reg).sum("lockscope_events_total") == before }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { return gather(t, reg).sum("lockscope_events_total") == before }) {
 		t.Fatalf("lockscope_events_total = %v, want %d before the stall", gather(t, reg).sum("lockscope_events_total"), before)
 	}
 	if got := gather(t, reg).sum("lockscope_stream_gap_entries_total"); got != 0 {
@@ -87,13 +87,13 @@ func TestStreamTrimmedUnderLaggingCollector(t *testing.T) {
 	total := func(m families) float64 {
 		return m.sum("lockscope_events_total") + m.sum("lockscope_stream_gap_entries_total")
 	}
-	if !waitFor(testCtx(t, 20*time.Second), func() bool { return total(gather(t, reg)) >= before+written }) {
+	if !redistest.Poll(testCtx(t, 20*time.Second), func() bool { return total(gather(t, reg)) >= before+written }) {
 		m := gather(t, reg)
 		t.Fatalf("after the lag: events %v + gap %v = %v, want %d", m.sum("lockscope_events_total"),
 			m.sum("lockscope_stream_gap_entries_total"), total(m), before+written)
 	}
 	// Another poll or two must not report the same gap again.
-	sleepCtx(ctx, 2500*time.Millisecond)
+	redistest.Sleep(ctx, 2500*time.Millisecond)
 	m := gather(t, reg)
 	gap := m.sum("lockscope_stream_gap_entries_total")
 	if got := total(m); got != before+written {
@@ -108,10 +108,10 @@ func TestStreamTrimmedUnderLaggingCollector(t *testing.T) {
 	t.Logf("written %d, trimmed to %d: counted %v, gap reported %v", written, maxLen, m.sum("lockscope_events_total")-before, gap)
 	// Life goes on: new entries are counted and no new gap appears.
 	xaddEvents(ctx, t, direct, stream, 50, maxLen, p+"job")
-	if !waitFor(testCtx(t, 10*time.Second), func() bool { return total(gather(t, reg)) == before+written+50 }) {
+	if !redistest.Poll(testCtx(t, 10*time.Second), func() bool { return total(gather(t, reg)) == before+written+50 }) {
 		t.Errorf("events + gap = %v, want %d", total(gather(t, reg)), before+written+50)
 	}
-	sleepCtx(ctx, 1200*time.Millisecond)
+	redistest.Sleep(ctx, 1200*time.Millisecond)
 	if got := gather(t, reg).sum("lockscope_stream_gap_entries_total"); got != gap {
 		t.Errorf("lockscope_stream_gap_entries_total = %v after new entries, want still %v", got, gap)
 	}
