@@ -44,10 +44,19 @@ func Binary(tb testing.TB, name string) string {
 }
 
 // Run runs a Prometheus tool in dir ("" means the current directory) and
-// returns its combined output and exit error.
+// returns its combined output and exit error. A run that hangs is stopped a
+// little before the test binary's deadline (go test -timeout), so that the
+// test fails with the tool's output instead of a dump of goroutines; no
+// shorter bound, which a loaded host could reach (promtool takes 2 s here
+// alone, and was killed by a 2-minute bound while the suite ran).
 func Run(tb testing.TB, dir, name string, args ...string) (string, error) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := t.Deadline(); ok {
+			ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-10*time.Second))
+		}
+	}
 	defer cancel()
 	cmd := exec.CommandContext(ctx, Binary(tb, name), args...)
 	cmd.Dir = dir
