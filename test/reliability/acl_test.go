@@ -128,14 +128,24 @@ func userClient(srv *redistest.Server, user, password string) *redis.Client {
 		MaxRetries: -1, ContextTimeoutEnabled: true})
 }
 
+// A capability that runs a collector watches it until everything it should
+// do has been seen, for at most a budget. With the documented ACL the budget
+// is generous: it only ends a run that fails, and the runs without a
+// permission, which must fail and so spend their whole budget, run at the
+// same time on the same cores. Without a permission it is short.
+const (
+	budgetDocumented = 25 * time.Second
+	budgetStripped   = 4 * time.Second
+)
+
 // checkMinimal applies the full lines and checks that capability works,
 // then removes each permission of line `strip` in turn and checks that it
 // fails: every permission documented is needed.
-func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip int, parallel bool, capability func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error) {
+func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip int, parallel bool, capability func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, budget time.Duration) error) {
 	t.Helper()
 	admin := srv.Client(t)
-	variant := func(name string, drop int) error {
-		ctx := testCtx(t, 30*time.Second)
+	variant := func(name string, drop int, budget time.Duration) error {
+		ctx := testCtx(t, budget+time.Minute)
 		for i, l := range lines {
 			d := -1
 			if i == strip {
@@ -147,7 +157,7 @@ func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip in
 		}
 		rdb := userClient(srv, name, lines[0].password())
 		defer rdb.Close()
-		return capability(ctx, t, name, rdb)
+		return capability(ctx, t, name, rdb, budget)
 	}
 	// Parallel checks of the same user's lines must not share user names.
 	tag := path.Base(t.Name())
@@ -155,7 +165,7 @@ func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip in
 		if parallel {
 			t.Parallel()
 		}
-		if err := variant(fmt.Sprintf("%s-%s-%d-full", lines[0].user, tag, strip), -1); err != nil {
+		if err := variant(fmt.Sprintf("%s-%s-%d-full", lines[0].user, tag, strip), -1, budgetDocumented); err != nil {
 			t.Errorf("with the documented ACL: %v", err)
 		}
 	})
@@ -167,7 +177,7 @@ func checkMinimal(t *testing.T, srv *redistest.Server, lines []aclLine, strip in
 				// them without +eval: script checks run one at a time.
 				t.Parallel()
 			}
-			if err := variant(fmt.Sprintf("%s-%s-%d-without-%d", lines[0].user, tag, strip, n), i); err == nil {
+			if err := variant(fmt.Sprintf("%s-%s-%d-without-%d", lines[0].user, tag, strip, n), i, budgetStripped); err == nil {
 				t.Errorf("still works without %q: the documented line grants more than needed", tok)
 			} else {
 				t.Logf("fails as it should: %v", firstLine(err.Error()))
@@ -197,7 +207,7 @@ func TestACLApplications(t *testing.T) {
 	t.Parallel()
 	srv := startACLServer(t)
 	admin := srv.Client(t)
-	checkMinimal(t, srv, readACLDoc(t)["app"], 0, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
+	checkMinimal(t, srv, readACLDoc(t)["app"], 0, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, _ time.Duration) error {
 		// A restarted server knows no scripts: the EVAL fallback must work.
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			return err
@@ -281,30 +291,30 @@ func TestACLCollector(t *testing.T) {
 	}
 	t.Run("replica", func(t *testing.T) {
 		t.Parallel()
-		checkMinimal(t, srv, lines[:2], 1, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
-			return replicaCapability(ctx, t, admin, user, rdb)
+		checkMinimal(t, srv, lines[:2], 1, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, budget time.Duration) error {
+			return replicaCapability(ctx, t, admin, user, rdb, budget)
 		})
 	})
 	stream, watchLines := lines[:1], []aclLine{lines[0], lines[2]}
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
-		checkMinimal(t, srv, stream, 0, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
-			return collectorCapability(ctx, t, admin, user, rdb, false)
+		checkMinimal(t, srv, stream, 0, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, budget time.Duration) error {
+			return collectorCapability(ctx, t, admin, user, rdb, false, budget)
 		})
 	})
 	t.Run("watch", func(t *testing.T) {
 		t.Parallel()
 		// One variant at a time: scripts another variant loaded would run
 		// without +eval (each variant starts with SCRIPT FLUSH).
-		checkMinimal(t, srv, watchLines, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client) error {
-			return collectorCapability(ctx, t, admin, user, rdb, true)
+		checkMinimal(t, srv, watchLines, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, budget time.Duration) error {
+			return collectorCapability(ctx, t, admin, user, rdb, true, budget)
 		})
 	})
 }
 
 // collectorCapability runs a collector as user until everything it should
-// do has been seen, or for 4s, and reports what did not happen.
-func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client, user string, rdb *redis.Client, watch bool) error {
+// do has been seen, or for budget, and reports what did not happen.
+func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client, user string, rdb *redis.Client, watch bool, budget time.Duration) error {
 	const stream = event.DefaultStream
 	group := "g-" + user
 	if err := rdb.Ping(ctx).Err(); err != nil {
@@ -347,7 +357,7 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 		return ok && l.Held && l.Passive && l.Owner == lock.ForeignOwner(owner) && l.TTL > 0 && l.TTL <= time.Minute
 	}
 	var problems []string
-	deadline := time.Now().Add(4 * time.Second)
+	deadline := time.Now().Add(budget)
 	for i := 0; time.Now().Before(deadline); i++ {
 		// A lock that expires while held: a notification confirms it.
 		exp := fmt.Sprintf("app:exp:%s:%d", user, i)
@@ -403,7 +413,7 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 // restarts it, and reports what did not happen: the replay of an event
 // written before it started, the event written while it was down, the
 // checkpoint and presence keys, the group recreated after the replay.
-func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, user string, rdb *redis.Client) error {
+func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, user string, rdb *redis.Client, budget time.Duration) error {
 	const stream = event.DefaultStream
 	xadd := func(key string) {
 		e := event.Event{Type: event.Acquired, Key: key, Owner: "app", Lease: key, TS: time.Now().UnixNano(), TTL: time.Hour, Attempts: 1}
@@ -425,7 +435,7 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	xadd(before)
 	first, _ := newAggregator(t, state.Config{})
 	stop := run(first)
-	wctx, wcancel := context.WithTimeout(ctx, 4*time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, budget)
 	ok := redistest.Poll(wctx, func() bool { return first.Health() == nil && held(first, before) })
 	wcancel()
 	redistest.Sleep(ctx, 300*time.Millisecond) // a presence refresh and more
@@ -437,7 +447,7 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	second, _ := newAggregator(t, state.Config{})
 	defer run(second)()
 	var problems []string
-	deadline := time.Now().Add(4 * time.Second)
+	deadline := time.Now().Add(budget)
 	for time.Now().Before(deadline) {
 		problems = problems[:0]
 		if err := second.Health(); err != nil {
@@ -478,7 +488,7 @@ func TestACLOperator(t *testing.T) {
 	srv := startACLServer(t)
 	admin := srv.Client(t)
 	line := readACLDoc(t)["lockscope-operator"]
-	checkMinimal(t, srv, line, 0, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client) error {
+	checkMinimal(t, srv, line, 0, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client, _ time.Duration) error {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			return err
 		}
