@@ -45,16 +45,16 @@ func TestLeastPrivilegeACL(t *testing.T) {
 	agg, reg := testAgg(t, state.Config{})
 	c := startFeeder(t, rdb, agg, &Options{Watch: []string{"lock:*"}, Logger: logs.logger()})
 	xaddPacked(t, admin, event.DefaultStream, lockEvents([]string{"app:1", "app:2"}, 10, time.Now()))
-	waitFor(t, "events applied", func() bool { return eventsTotal(agg) >= 40 })
+	redistest.WaitFor(t, waitLimit, "events applied", func() bool { return eventsTotal(agg) >= 40 })
 	waitSynced(t, c, 1)
 	if err := admin.SetNX(ctx, "lock:x", "q1Jx0m8ZbQ7yC4wXr2T9Uw==", 100*time.Millisecond).Err(); err != nil { // redsync's
 		t.Fatal(err)
 	}
-	waitFor(t, "passive lock expiry confirmed", func() bool {
+	redistest.WaitFor(t, waitLimit, "passive lock expiry confirmed", func() bool {
 		ex := agg.Expirations(1)
 		return len(ex) == 1 && ex[0].Key == "lock:x" && ex[0].Confirmed
 	})
-	waitFor(t, "nothing pending", func() bool { return pendingCount(t, admin, event.DefaultStream, c.opt.Group) == 0 })
+	redistest.WaitFor(t, waitLimit, "nothing pending", func() bool { return pendingCount(t, admin, event.DefaultStream, c.opt.Group) == 0 })
 	// The passive lock's acquisition and expiration come back through the
 	// stream, written by the watcher.
 	if got := eventsTotal(agg); got != 42 {

@@ -70,7 +70,7 @@ func TestIngestEndToEndLockLibrary(t *testing.T) {
 	}
 
 	const total = 2*203 + 30
-	waitFor(t, "436 events applied", func() bool { return eventsTotal(agg) >= total })
+	redistest.WaitFor(t, waitLimit, "436 events applied", func() bool { return eventsTotal(agg) >= total })
 	if got := eventsTotal(agg); got != total {
 		t.Errorf("EventsTotal = %d, want %d", got, total)
 	}

@@ -17,7 +17,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	agg, _ := testAgg(t, state.Config{})
 	c := startFeeder(t, rdb, agg, &Options{Watch: []string{"lock:*"}, ClaimMinIdle: time.Millisecond})
 	waitSynced(t, c, 1)
-	waitFor(t, "ready", func() bool { return agg.Health() == nil })
+	redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
 	c.stop(t)
 	if err := agg.Health(); err == nil {
 		t.Errorf("Health() after Run returned = nil, want an error saying the collector stopped")

@@ -73,18 +73,9 @@ func (r *running) stop(t *testing.T) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after 15s (the suite
-// runs under -race on shared cores).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// waitLimit bounds the collector tests' waits (redistest.WaitFor): long,
+// because the suite runs under -race on shared cores.
+const waitLimit = 15 * time.Second
 
 // metric sums the values of the series of name whose labels include want
 // (label, value pairs).
@@ -225,9 +216,9 @@ func TestIngestPackedAndSingleEntries(t *testing.T) {
 	agg, reg := testAgg(t, state.Config{})
 	r := startFeeder(t, rdb, agg, &Options{Stream: stream})
 	const total = 620
-	waitFor(t, "620 events applied", func() bool { return eventsTotal(agg) >= total })
-	waitFor(t, "ready", func() bool { return agg.Health() == nil })
-	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, r.opt.Group) == 0 })
+	redistest.WaitFor(t, waitLimit, "620 events applied", func() bool { return eventsTotal(agg) >= total })
+	redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
+	redistest.WaitFor(t, waitLimit, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, r.opt.Group) == 0 })
 
 	if got := eventsTotal(agg); got != total {
 		t.Errorf("Overview().EventsTotal = %d, want %d", got, total)
@@ -299,10 +290,10 @@ func TestIngestAppliesLongReadsInPieces(t *testing.T) {
 				opt.Group = ""
 			}
 			r := startFeeder(t, rdb, agg, opt)
-			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= int64(len(evs)) })
-			waitFor(t, "ready", func() bool { return agg.Health() == nil })
+			redistest.WaitFor(t, waitLimit, "every event applied", func() bool { return eventsTotal(agg) >= int64(len(evs)) })
+			redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
 			if !replica {
-				waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, r.opt.Group) == 0 })
+				redistest.WaitFor(t, waitLimit, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, r.opt.Group) == 0 })
 			}
 			if got := eventsTotal(agg); got != int64(len(evs)) {
 				t.Errorf("Overview().EventsTotal = %d, want %d", got, len(evs))
@@ -341,14 +332,14 @@ func TestIngestBackfillNegativeStartsAtEnd(t *testing.T) {
 
 	agg, _ := testAgg(t, state.Config{})
 	startFeeder(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
-	waitFor(t, "group created", func() bool {
+	redistest.WaitFor(t, waitLimit, "group created", func() bool {
 		g, err := rdb.XInfoGroups(context.Background(), stream).Result()
 		return err == nil && len(g) == 1
 	})
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "new"}, 2, time.Now()))
 	// Entries are applied in ID order: had the old batch been read, the
 	// count would pass 4 on its way to 14.
-	waitFor(t, "new events applied", func() bool { return eventsTotal(agg) >= 4 })
+	redistest.WaitFor(t, waitLimit, "new events applied", func() bool { return eventsTotal(agg) >= 4 })
 	if got := eventsTotal(agg); got != 4 {
 		t.Errorf("EventsTotal = %d, want 4 (events written before the group existed skipped)", got)
 	}
@@ -378,9 +369,9 @@ func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
 	r := startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
-	waitFor(t, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
-	waitFor(t, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
-	waitFor(t, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+	redistest.WaitFor(t, waitLimit, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
+	redistest.WaitFor(t, waitLimit, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
+	redistest.WaitFor(t, waitLimit, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
 
 	if got := eventsTotal(agg); got != goodEvents {
 		t.Errorf("EventsTotal = %d, want %d", got, goodEvents)
@@ -448,9 +439,9 @@ func TestIngestReplacementClaimsDeadConsumer(t *testing.T) {
 
 			agg, reg := testAgg(t, state.Config{})
 			startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
-			waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= total })
+			redistest.WaitFor(t, waitLimit, "every event applied", func() bool { return eventsTotal(agg) >= total })
 			// Once nothing is pending, nothing can be delivered again.
-			waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+			redistest.WaitFor(t, waitLimit, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
 			if got := eventsTotal(agg); got != total {
 				t.Errorf("EventsTotal = %d, want %d (each event exactly once)", got, total)
 			}
@@ -472,11 +463,11 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 	}
 	agg, _ := testAgg(t, state.Config{})
 	r := startFeeder(t, rdb, agg, &Options{Stream: stream})
-	waitFor(t, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
-	waitFor(t, "ready", func() bool { return agg.Health() == nil })
+	redistest.WaitFor(t, waitLimit, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
+	redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
 
 	srv.Stop()
-	waitFor(t, "not ready", func() bool { return agg.Health() != nil })
+	redistest.WaitFor(t, waitLimit, "not ready", func() bool { return agg.Health() != nil })
 	if err := agg.Health(); !strings.Contains(err.Error(), "Redis unreachable") {
 		t.Errorf("Health() = %q, want it to say Redis is unreachable", err)
 	}
@@ -489,14 +480,14 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 	}
 	// go-redis' pool answers its last dial error until its background
 	// redial (once a second) succeeds: wait for it, as emitters retry.
-	waitFor(t, "client reconnected", func() bool { return rdb.Ping(context.Background()).Err() == nil })
+	redistest.WaitFor(t, waitLimit, "client reconnected", func() bool { return rdb.Ping(context.Background()).Err() == nil })
 	// The restarted server lost everything: the emitters recreate the
 	// stream, the collector its group.
 	for i := 0; i < 2; i++ {
 		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now()))
 	}
-	waitFor(t, "events after the restart applied", func() bool { return eventsTotal(agg) >= 500 })
-	waitFor(t, "ready again", func() bool { return agg.Health() == nil })
+	redistest.WaitFor(t, waitLimit, "events after the restart applied", func() bool { return eventsTotal(agg) >= 500 })
+	redistest.WaitFor(t, waitLimit, "ready again", func() bool { return agg.Health() == nil })
 	if got := eventsTotal(agg); got != 500 {
 		t.Errorf("EventsTotal = %d, want 500", got)
 	}
@@ -520,10 +511,10 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 	}
 	first, _ := testAgg(t, state.Config{})
 	r := startFeeder(t, rdb, first, &Options{Stream: stream})
-	waitFor(t, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
+	redistest.WaitFor(t, waitLimit, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
 	// The 5 are applied by the start-up replay, before the group exists:
 	// stop only once the group records what was read.
-	waitFor(t, "first collector's group created", func() bool {
+	redistest.WaitFor(t, waitLimit, "first collector's group created", func() bool {
 		g, err := rdb.XInfoGroups(ctx, stream).Result()
 		return err == nil && len(g) == 1
 	})
@@ -543,8 +534,8 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
 	startFeeder(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
-	waitFor(t, "3 events after the gap applied", func() bool { return eventsTotal(agg) >= 3 })
-	waitFor(t, "gap reported", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") > 0 })
+	redistest.WaitFor(t, waitLimit, "3 events after the gap applied", func() bool { return eventsTotal(agg) >= 3 })
+	redistest.WaitFor(t, waitLimit, "gap reported", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") > 0 })
 	if got := metric(t, reg, "lockscope_stream_gap_entries_total"); got != 10 {
 		t.Errorf("lockscope_stream_gap_entries_total = %v, want 10", got)
 	}
@@ -553,7 +544,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 	}
 	// Redis 7.0 keeps counting trimmed entries as lag; the exported lag
 	// must not.
-	waitFor(t, "lag back to 0", func() bool {
+	redistest.WaitFor(t, waitLimit, "lag back to 0", func() bool {
 		return metric(t, reg, "lockscope_stream_lag_entries") == 0 && metric(t, reg, "lockscope_stream_pending_entries") == 0
 	})
 	if got := eventsTotal(agg); got != 3 {
@@ -583,9 +574,9 @@ func TestIngestPendingEntriesTrimmedAreAGap(t *testing.T) {
 
 	agg, reg := testAgg(t, state.Config{})
 	startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
-	waitFor(t, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
-	waitFor(t, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
-	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+	redistest.WaitFor(t, waitLimit, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
+	redistest.WaitFor(t, waitLimit, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
+	redistest.WaitFor(t, waitLimit, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
 	if got := metric(t, reg, "lockscope_stream_gap_entries_total"); got != 4 {
 		t.Errorf("lockscope_stream_gap_entries_total = %v, want 4", got)
 	}
@@ -663,8 +654,8 @@ func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
 	for i := 0; i < entries; i++ {
 		xaddPacked(t, rdb, stream, lockEvents(keys, 5, time.Now()))
 	}
-	waitFor(t, "every event applied", func() bool { return eventsTotal(agg) >= entries*per })
-	waitFor(t, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
+	redistest.WaitFor(t, waitLimit, "every event applied", func() bool { return eventsTotal(agg) >= entries*per })
+	redistest.WaitFor(t, waitLimit, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
 	if got := eventsTotal(agg); got != entries*per {
 		t.Errorf("EventsTotal = %d, want %d", got, entries*per)
 	}

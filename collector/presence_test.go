@@ -15,7 +15,7 @@ func TestSecondProcessAsTheSameReplicaIsRefused(t *testing.T) {
 	stream := redistest.KeyPrefix(t) + "events"
 	first, _ := testAgg(t, state.Config{})
 	startReplica(t, rdb, first, stream, "same")
-	waitFor(t, "first reading", func() bool {
+	redistest.WaitFor(t, waitLimit, "first reading", func() bool {
 		g, _ := rdb.XInfoGroups(context.Background(), stream).Result()
 		return len(g) == 1 && first.Health() == nil
 	})
@@ -23,7 +23,7 @@ func TestSecondProcessAsTheSameReplicaIsRefused(t *testing.T) {
 	// predecessor would be taken over, a live one is refused.
 	second, _ := testAgg(t, state.Config{})
 	startReplica(t, rdb, second, stream, "same")
-	waitFor(t, "second refused", func() bool {
+	redistest.WaitFor(t, waitLimit, "second refused", func() bool {
 		err := second.Health()
 		return err != nil && errors.Is(err, errDuplicateReplica)
 	})

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // startReplica runs a collector as the named replica, with the checkpoint
@@ -87,7 +88,7 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 	agg1, _ := testAgg(t, cfg)
 	r1 := startReplica(t, rdb, agg1, stream, "restarted")
 	for _, agg := range []*state.Aggregator{keep, agg1} {
-		waitFor(t, "old holder seen", func() bool { return lockInfo(agg, prefix+"old").Held })
+		redistest.WaitFor(t, waitLimit, "old holder seen", func() bool { return lockInfo(agg, prefix+"old").Held })
 	}
 
 	// The old holder's acquisition leaves the window a restart replays.
@@ -116,10 +117,10 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 		t.Fatal(err)
 	}
 	flush()
-	waitFor(t, "expiry seen", func() bool { return len(agg1.Expirations(10)) == 1 })
+	redistest.WaitFor(t, waitLimit, "expiry seen", func() bool { return len(agg1.Expirations(10)) == 1 })
 	// The checkpoint has the old holder; the old holder's acquisition is
 	// out of the replayed window.
-	waitFor(t, "checkpoint holds the old holder", func() bool {
+	redistest.WaitFor(t, waitLimit, "checkpoint holds the old holder", func() bool {
 		// (written after the 300ms the test sets: a holder younger is in
 		// the replayed stream)
 		v, _ := rdb.Get(ctx, CheckpointKey(stream)).Result()
@@ -138,7 +139,7 @@ func TestRestartedReplicaShowsWhatARunningOneShows(t *testing.T) {
 	agg2, reg2 := testAgg(t, cfg)
 	restartAt := time.Now()
 	startReplica(t, rdb, agg2, stream, "restarted")
-	waitFor(t, "restarted replica ready", func() bool { return agg2.Health() == nil })
+	redistest.WaitFor(t, waitLimit, "restarted replica ready", func() bool { return agg2.Health() == nil })
 	deadline := time.Now().Add(10 * time.Second)
 	for !(slices.Equal(pictureOf(keep).holders, pictureOf(agg2).holders) && pictureOf(agg2).stuck == pictureOf(keep).stuck) {
 		if time.Now().After(deadline) {

@@ -38,13 +38,13 @@ func TestWatchClusterFollowsEveryMaster(t *testing.T) {
 	if len(slots) != 3 {
 		t.Fatalf("test keys cover %d masters, want 3", len(slots))
 	}
-	waitFor(t, "every expiration confirmed", func() bool { return len(agg.Expirations(10)) == len(keys) })
+	redistest.WaitFor(t, waitLimit, "every expiration confirmed", func() bool { return len(agg.Expirations(10)) == len(keys) })
 	for _, e := range agg.Expirations(10) {
 		if want := lock.ForeignOwner(token(e.Key)); !e.Confirmed || e.Owner != want {
 			t.Errorf("Expiration %q = {Confirmed:%v Owner:%q}, want confirmed, owner %q", e.Key, e.Confirmed, e.Owner, want)
 		}
 	}
-	waitFor(t, "stream events applied", func() bool { return eventsTotal(agg) >= 20+int64(len(keys)) })
+	redistest.WaitFor(t, waitLimit, "stream events applied", func() bool { return eventsTotal(agg) >= 20+int64(len(keys)) })
 	if got := metric(t, reg, "lockscope_acquisitions_total"); got != 15 {
 		t.Errorf("lockscope_acquisitions_total = %v, want 10 from the stream + 5 passive", got)
 	}

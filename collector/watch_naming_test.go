@@ -81,7 +81,7 @@ for i in range(%d):
 				t.Fatal(err)
 			}
 			values = append(values, value)
-			waitFor(t, key+" held", func() bool { return lockInfo(agg, key).Held })
+			redistest.WaitFor(t, waitLimit, key+" held", func() bool { return lockInfo(agg, key).Held })
 			if got, want := lockInfo(agg, key).Owner, lib+" "+lock.Fingerprint(value)[:8]; got != want {
 				t.Errorf("%s (value of %d bytes) held by %q, want %q", key, len(value), got, want)
 			}

@@ -27,7 +27,7 @@ const luaExtend = `if redis.call("get", KEYS[1]) ~= ARGV[1] then return 0 end re
 
 func waitSynced(t *testing.T, c *running, n int64) {
 	t.Helper()
-	waitFor(t, "watcher subscribed and rescanned", func() bool { return c.synced.Load() >= n })
+	redistest.WaitFor(t, waitLimit, "watcher subscribed and rescanned", func() bool { return c.synced.Load() >= n })
 }
 
 func lockInfo(agg *state.Aggregator, key string) state.LockInfo {
@@ -56,7 +56,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	})
 	waitSynced(t, c, 1)
 	// The watcher's events come back through the stream.
-	waitFor(t, "the lock held before start found", func() bool {
+	redistest.WaitFor(t, waitLimit, "the lock held before start found", func() bool {
 		li := lockInfo(agg, early)
 		return li.Held && li.Owner == lock.ForeignOwner(earlyToken) && li.Passive
 	})
@@ -68,7 +68,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("SET NX PX = %v, %v", ok, err)
 		}
-		waitFor(t, "redis-py lock held", func() bool {
+		redistest.WaitFor(t, waitLimit, "redis-py lock held", func() bool {
 			li := lockInfo(agg, py)
 			return li.Held && li.Owner == lock.ForeignOwner(token)
 		})
@@ -78,11 +78,11 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 		if err := rdb.Eval(ctx, luaExtend, []string{py}, token, 20000).Err(); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "extended TTL", func() bool { return lockInfo(agg, py).TTL > 10*time.Second })
+		redistest.WaitFor(t, waitLimit, "extended TTL", func() bool { return lockInfo(agg, py).TTL > 10*time.Second })
 		if n, err := rdb.Eval(ctx, luaRelease, []string{py}, token).Int(); err != nil || n != 1 {
 			t.Fatalf("release script = %v, %v; want 1", n, err)
 		}
-		waitFor(t, "redis-py lock released", func() bool { return !lockInfo(agg, py).Held })
+		redistest.WaitFor(t, waitLimit, "redis-py lock released", func() bool { return !lockInfo(agg, py).Held })
 	}
 
 	// Old clients: SETNX, then EXPIRE, then DEL.
@@ -93,14 +93,14 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	if err := rdb.Expire(ctx, nx, 30*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "SETNX lock held with its TTL", func() bool {
+	redistest.WaitFor(t, waitLimit, "SETNX lock held with its TTL", func() bool {
 		li := lockInfo(agg, nx)
 		return li.Held && li.Owner == lock.ForeignOwner("cron@host-7") && li.TTL > 20*time.Second
 	})
 	if err := rdb.Del(ctx, nx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "SETNX lock released", func() bool { return !lockInfo(agg, nx).Held })
+	redistest.WaitFor(t, waitLimit, "SETNX lock released", func() bool { return !lockInfo(agg, nx).Held })
 
 	// Locks written by lockscope itself report through the stream: skipped.
 	own := prefix + "py:own"
@@ -114,7 +114,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	if err := rdb.SetNX(ctx, exp, doomed, 100*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "expiration confirmed", func() bool {
+	redistest.WaitFor(t, waitLimit, "expiration confirmed", func() bool {
 		for _, e := range agg.Expirations(10) {
 			if e.Key == exp {
 				return true
@@ -133,7 +133,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	if err := rdb.Del(ctx, early).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "early lock released", func() bool { return !lockInfo(agg, early).Held })
+	redistest.WaitFor(t, waitLimit, "early lock released", func() bool { return !lockInfo(agg, early).Held })
 
 	// redis-py 3 + SETNX 1 + expiring 1; early was found held by the
 	// start-up scan, not seen acquired: held, released, not an acquisition.
@@ -192,9 +192,9 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 	// Expiry is still detected from the TTL.
 	key := prefix + "held"
 	xaddSingle(t, rdb, stream, event.Event{Type: event.Acquired, Key: key, Owner: "app", Lease: "l1", TS: clock.Now().UnixNano(), TTL: 2 * time.Second, Attempts: 1})
-	waitFor(t, "lock held", func() bool { return lockInfo(agg, key).Held })
+	redistest.WaitFor(t, waitLimit, "lock held", func() bool { return lockInfo(agg, key).Held })
 	clock.Add(5 * time.Second)
-	waitFor(t, "expiry detected by Tick", func() bool { return metric(t, reg, "lockscope_expirations_total") == 1 })
+	redistest.WaitFor(t, waitLimit, "expiry detected by Tick", func() bool { return metric(t, reg, "lockscope_expirations_total") == 1 })
 	ex := agg.Expirations(10)
 	if len(ex) != 1 || ex[0].Key != key || ex[0].Confirmed {
 		t.Errorf("Expirations() = %+v, want one unconfirmed expiration of %q", ex, key)
@@ -231,7 +231,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	if err := rdb.SetNX(ctx, "lock:a", "q1Jx0m8ZbQ7yC4wXr2T9Uw==", 50*time.Millisecond).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "confirmed expiration", func() bool {
+	redistest.WaitFor(t, waitLimit, "confirmed expiration", func() bool {
 		ex := agg.Expirations(1)
 		return len(ex) == 1 && ex[0].Key == "lock:a" && ex[0].Confirmed
 	})
@@ -241,7 +241,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	if err := rdb.SetNX(ctx, "lock:b", "9b1c3f0e2d4a5b6c7d8e9fa0b1c2d3e4", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "lock:b held", func() bool { return lockInfo(agg, "lock:b").Held })
+	redistest.WaitFor(t, waitLimit, "lock:b held", func() bool { return lockInfo(agg, "lock:b").Held })
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +249,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	want("after a Redis restart")
 	// A passive release waits parkFor for a forced release that would
 	// explain it, then applies.
-	waitFor(t, "lock:b released by the rescan", func() bool { return !lockInfo(agg, "lock:b").Held })
+	redistest.WaitFor(t, waitLimit, "lock:b released by the rescan", func() bool { return !lockInfo(agg, "lock:b").Held })
 }
 
 func TestWatchMiniredisHasNoNotifications(t *testing.T) {
@@ -261,10 +261,10 @@ func TestWatchMiniredisHasNoNotifications(t *testing.T) {
 	var logs logBuffer
 	agg, _ := testAgg(t, state.Config{})
 	startFeeder(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
-	waitFor(t, "events applied from miniredis", func() bool { return eventsTotal(agg) >= 40 })
-	waitFor(t, "log about missing notifications", func() bool { return len(logs.lines("sends no keyspace notifications")) == 1 })
+	redistest.WaitFor(t, waitLimit, "events applied from miniredis", func() bool { return eventsTotal(agg) >= 40 })
+	redistest.WaitFor(t, waitLimit, "log about missing notifications", func() bool { return len(logs.lines("sends no keyspace notifications")) == 1 })
 	xaddPacked(t, rdb, "events", lockEvents([]string{"c"}, 5, time.Now()))
-	waitFor(t, "more events applied", func() bool { return eventsTotal(agg) >= 50 })
+	redistest.WaitFor(t, waitLimit, "more events applied", func() bool { return eventsTotal(agg) >= 50 })
 	if got := eventsTotal(agg); got != 50 {
 		t.Errorf("EventsTotal = %d, want 50", got)
 	}
@@ -329,7 +329,7 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 			rdb.Set(ctx, "rate:1", "17", time.Minute)
 			rdb.Set(ctx, "py:lock", pyToken, 0) // a redis-py Lock without timeout
 			rdb.Set(ctx, "nx:lock", "cron@host-7", 30*time.Second)
-			waitFor(t, "the real locks seen", func() bool { return lockInfo(agg, "py:lock").Held && lockInfo(agg, "job:1").Held })
+			redistest.WaitFor(t, waitLimit, "the real locks seen", func() bool { return lockInfo(agg, "py:lock").Held && lockInfo(agg, "job:1").Held })
 			time.Sleep(300 * time.Millisecond) // every notification handled
 			var held []string
 			for _, l := range agg.Locks(state.LockQuery{HeldOnly: true, Limit: 500}).Locks {
@@ -349,7 +349,7 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 					want++
 				}
 			}
-			waitFor(t, fmt.Sprintf("%d locks without expiry", want), func() bool {
+			redistest.WaitFor(t, waitLimit, fmt.Sprintf("%d locks without expiry", want), func() bool {
 				n := 0
 				for _, g := range agg.ClassGauges() {
 					n += g.NoExpiry

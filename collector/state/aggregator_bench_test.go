@@ -92,7 +92,7 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkApplyKeys measures aggregation per event of the serve
-// benchmarks' stream (internal/reliability): acquire + release pairs of keys
+// benchmarks' stream (test/reliability): acquire + release pairs of keys
 // distinct keys in turn, in the emitter's batches of 512. Over 500 000 keys,
 // more than MaxKeys, every key is new when it comes, as order and job ids
 // are, and each acquisition evicts the least recently active key. Warmed up
