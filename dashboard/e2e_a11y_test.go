@@ -18,6 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // a11yTools is where scripts/deps.sh installs the checkers (npm ci).
@@ -101,8 +102,7 @@ func TestPagesAccessible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
+	ctx := redistest.Context(t) // the whole walk: no host is too slow for it
 	f := newFixture(t, operatorOptions())
 	pages, opPages := everyState(t, f)
 	anon := httptest.NewServer(f.h)

@@ -1,7 +1,6 @@
 package dashboard
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // TestPagesAtEveryWidth opens every page in Chromium at phone (360, 390),
@@ -20,8 +20,7 @@ import (
 // scrolls sideways (wide tables scroll inside their card) and every key
 // column keeps at least 120 px.
 func TestPagesAtEveryWidth(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := redistest.Context(t) // the whole walk: no host is too slow for it
 	f := newFixture(t, operatorOptions())
 	now := time.Now()
 	// Keys go to this fixture's own aggregator only (no Redis key is

@@ -11,7 +11,6 @@ package promqltest
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,9 +19,10 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // packages names the Debian package that provides each tool.
@@ -51,14 +51,7 @@ func Binary(tb testing.TB, name string) string {
 // alone, and was killed by a 2-minute bound while the suite ran).
 func Run(tb testing.TB, dir, name string, args ...string) (string, error) {
 	tb.Helper()
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
-		if dl, ok := t.Deadline(); ok {
-			ctx, cancel = context.WithDeadline(context.Background(), dl.Add(-10*time.Second))
-		}
-	}
-	defer cancel()
-	cmd := exec.CommandContext(ctx, Binary(tb, name), args...)
+	cmd := exec.CommandContext(redistest.Context(tb), Binary(tb, name), args...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	return string(out), err

@@ -12,6 +12,8 @@
 //   - WaitFor and Poll, the only polling helpers: WaitFor fails the test
 //     when a condition does not come true in time, Poll reports to a caller
 //     that words the failure itself; Sleep waits unless a context ends;
+//     Context bounds a long run of work by the test binary's deadline, not
+//     by a guess at the host's speed;
 //   - Lockscope builds the lockscope binary once per test process, with
 //     -race when the tests run with it;
 //   - ReadStream reads and decodes an event stream;

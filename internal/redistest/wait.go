@@ -79,3 +79,20 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// Context returns a context that ends with tb, or 10 s before the test
+// binary's deadline (go test -timeout), whichever comes first. It bounds a
+// long run of work (a browser walking every page, a tool's run) by nothing
+// a loaded host could reach, and still ends a hung test with its own
+// message instead of the binary's panic.
+func Context(tb testing.TB) context.Context {
+	ctx := tb.Context()
+	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := t.Deadline(); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-10*time.Second))
+			tb.Cleanup(cancel)
+		}
+	}
+	return ctx
+}

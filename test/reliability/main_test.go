@@ -31,18 +31,10 @@ type quietRedis struct{}
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // testCtx returns a context that ends after d, or a little before the test
-// binary's deadline, whichever comes first, so a hung call fails the test
-// with a message instead of killing the binary.
+// binary's deadline (redistest.Context), whichever comes first, so a hung
+// call fails the test with a message instead of killing the binary.
 func testCtx(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	if tt, ok := t.(*testing.T); ok {
-		if dl, ok := tt.Deadline(); ok {
-			if left := time.Until(dl) - 5*time.Second; left < d {
-				d = max(left, time.Second)
-			}
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(redistest.Context(t), d)
 	t.Cleanup(cancel)
 	return ctx
 }
