@@ -1,0 +1,79 @@
+package dashboard
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/event"
+)
+
+func TestOverviewFiguresAndHotKeys(t *testing.T) {
+	f := newFixture(t, nil)
+	now := time.Now()
+	hot, warm := f.pfx+"orders:1", f.pfx+"orders:2"
+	f.agg.Apply(contended(hot, 30, 50*time.Millisecond, now.Add(-20*time.Second)))
+	f.agg.Apply(contended(warm, 5, 5*time.Millisecond, now.Add(-20*time.Second)))
+	f.obtain(t, f.pfx+"held:1", "w", time.Minute, false)
+
+	doc := htmlDoc(t, f.do(t, req{target: "/?window=1m&by=contentions"}))
+	rows := byTestID(doc, "hotkey-row")
+	if len(rows) < 2 {
+		t.Fatalf("hot key rows = %d, want at least 2", len(rows))
+	}
+	if got := attr(one(t, rows[0], "hotkey-link"), "href"); got != keyPath(hot) {
+		t.Errorf("top hot key links to %q, want %q", got, keyPath(hot))
+	}
+	if got := text(one(t, rows[0], "hotkey-contentions")); got != "30" && got != "≈ 30" {
+		t.Errorf("top hot key contentions = %q, want 30", got)
+	}
+	if got := text(one(t, one(t, doc, "stat-held"), "value")); got != "1" {
+		t.Errorf("held tile = %q, want 1", got)
+	}
+	for _, id := range []string{"acquire-rate", "contention", "wait-p99", "held", "waiters", "stuck", "expirations", "forced"} {
+		if href := attr(one(t, doc, "stat-"+id), "href"); href == "" {
+			t.Errorf("tile %s links nowhere", id)
+		}
+	}
+	if got := attr(one(t, doc, "by-wait"), "href"); got != "/?window=1m&by=wait#hot" {
+		t.Errorf("by-wait link = %q", got)
+	}
+	if rec := f.do(t, req{target: "/?window=2m"}); rec.Code != 400 {
+		t.Errorf("GET /?window=2m = %d, want 400", rec.Code)
+	}
+
+	o := decodeJSON[apiOverview](t, f.do(t, req{target: "/api/v1/overview"}))
+	if o.Held != 1 || o.EventsTotal < 70 || !o.ReadOnly {
+		t.Errorf("API overview held=%d events=%d read_only=%v, want 1, >= 70, true", o.Held, o.EventsTotal, o.ReadOnly)
+	}
+	hk := decodeJSON[apiHotKeys](t, f.do(t, req{target: "/api/v1/hotkeys?window=1m&by=wait&n=2"}))
+	if len(hk.Keys) != 2 || hk.Keys[0].Key != hot || hk.By != "wait" || hk.Window != "1m" {
+		t.Errorf("API hot keys by wait = %+v, want %q first of 2", hk, hot)
+	}
+	if rec := f.do(t, req{target: "/api/v1/hotkeys?by=size"}); rec.Code != 400 || decodeJSON[apiError](t, rec).Error == "" {
+		t.Errorf("API hot keys by=size = %d %s, want 400 with a JSON error", rec.Code, rec.Body.String())
+	}
+}
+
+// The forced-release log reads as a sentence, and failed acquisitions are
+// noted under acquisitions, not under forced releases.
+func TestOverviewForcedRowAndTileNotes(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "export:1"
+	now := time.Now()
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: key, Owner: "export-worker/pod-2", Lease: "l1", TS: now.Add(-time.Minute).UnixNano(), TTL: time.Hour, Attempts: 1},
+		{Type: event.Forced, Key: key, Owner: "export-worker/pod-2", Lease: "l1", TS: now.UnixNano(), By: "demo", Reason: "hung"},
+		{Type: event.Failed, Key: key, Owner: "b", TS: now.UnixNano(), Wait: time.Second, Attempts: 3, Reason: "timeout"},
+	})
+	doc := htmlDoc(t, f.do(t, req{target: "/"}))
+	if got := strings.Join(strings.Fields(text(one(t, doc, "forced-row"))), " "); !strings.Contains(got, "by demo from export-worker/pod-2 ") {
+		t.Errorf("forced row reads %q, want \"by demo from export-worker/pod-2 …\"", got)
+	}
+	if got := text(one(t, doc, "stat-forced")); strings.Contains(got, "failed") {
+		t.Errorf("forced tile %q speaks of failed acquisitions", got)
+	}
+	if got := text(one(t, doc, "stat-acquire-rate")); !strings.Contains(got, "1 failed in 5 min") {
+		t.Errorf("acquisitions tile %q, want the failed acquisitions noted", got)
+	}
+}
