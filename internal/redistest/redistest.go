@@ -183,7 +183,7 @@ func (s *Server) Start() error {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	if err := waitReady(s.Addr(), s.clientTLS(), done, 10*time.Second); err != nil {
+	if err := waitReady(s.Addr(), s.clientTLS(), done, startTimeout); err != nil {
 		cmd.Process.Kill()
 		<-done
 		log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
@@ -225,6 +225,12 @@ func (s *Server) clientTLS() *tls.Config {
 	}
 	return s.opts.TLS.ClientConfig()
 }
+
+// startTimeout bounds a redis-server's start-up. It starts in milliseconds;
+// only a start that failed waits this long, so the bound is no guess at the
+// host's speed: on this project's shared 2-core machine, at load average 25,
+// a start once took more than 10 s without writing a line of its log.
+const startTimeout = time.Minute
 
 func waitReady(addr string, tlsConfig *tls.Config, exited <-chan struct{}, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)

@@ -105,7 +105,7 @@ sentinel parallel-syncs %s 1
 		done := make(chan struct{})
 		go func() { cmd.Wait(); close(done) }()
 		s.cmds, s.done, s.ports = append(s.cmds, cmd), append(s.done, done), append(s.ports, port)
-		if err := waitReady("127.0.0.1:"+strconv.Itoa(port), s.clientTLS(), done, 10*time.Second); err != nil {
+		if err := waitReady("127.0.0.1:"+strconv.Itoa(port), s.clientTLS(), done, startTimeout); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("redistest: sentinel: %w", err)
 		}
