@@ -47,7 +47,7 @@ func TestWaitersLive(t *testing.T) {
 			l.Release(ctx)
 		})
 	}
-	waitWithin(t, time.Second, "three waiters shown", func() bool {
+	redistest.WaitFor(t, time.Second, "three waiters shown", func() bool {
 		d, _ := agg.Lock(key)
 		return agg.Overview().Waiters == 3 && d.Waiters == 3 && len(d.WaitersNow) == 3 && metric(t, reg, "lockscope_waiters") == 3
 	})
@@ -70,7 +70,7 @@ func TestWaitersLive(t *testing.T) {
 	}
 	released := time.Now()
 	wg.Wait()
-	waitWithin(t, time.Second, "waiters cleared", func() bool {
+	redistest.WaitFor(t, time.Second, "waiters cleared", func() bool {
 		return agg.Overview().Waiters == 0 && metric(t, reg, "lockscope_waiters") == 0
 	})
 	t.Logf("waiters cleared %v after the holder released", time.Since(released).Round(time.Millisecond))
@@ -111,7 +111,7 @@ func TestDeadlockDetected(t *testing.T) {
 	ready.Wait()
 	close(both)
 	start := time.Now()
-	waitWithin(t, 2*time.Second, "one cycle", func() bool {
+	redistest.WaitFor(t, 2*time.Second, "one cycle", func() bool {
 		return len(agg.Blocking().Cycles) == 1 && metric(t, reg, "lockscope_deadlock_cycles") == 1
 	})
 	t.Logf("deadlock reported %v after it formed", time.Since(start).Round(time.Millisecond))
@@ -138,19 +138,8 @@ func TestDeadlockDetected(t *testing.T) {
 	if timedOut == 0 {
 		t.Error("neither deadlocked call timed out")
 	}
-	waitWithin(t, 2*time.Second, "cycle gone", func() bool { return metric(t, reg, "lockscope_deadlock_cycles") == 0 })
+	redistest.WaitFor(t, 2*time.Second, "cycle gone", func() bool { return metric(t, reg, "lockscope_deadlock_cycles") == 0 })
 	if n := metric(t, reg, "lockscope_deadlocks_detected_total"); n != 1 {
 		t.Errorf("lockscope_deadlocks_detected_total = %v, want 1", n)
-	}
-}
-
-func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

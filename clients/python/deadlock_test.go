@@ -80,7 +80,7 @@ func TestDeadlockAcrossPythonAndGo(t *testing.T) {
 			WaitsFor string `json:"waits_for"`
 		} `json:"deadlocks"`
 	}
-	eventually(t, 10*time.Second, "the cycle of four in /api/v1/blocking", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the cycle of four in /api/v1/blocking", func() bool {
 		sv.get("/api/v1/blocking", &b)
 		return len(b.Deadlocks) == 1 && len(b.Deadlocks[0]) == 4
 	})
@@ -119,7 +119,7 @@ func TestDeadlockAcrossPythonAndGo(t *testing.T) {
 		}
 	}
 	// The gauges follow the collector's scan (every second).
-	eventually(t, 5*time.Second, "lockscope_deadlock_cycles 1", func() bool {
+	redistest.WaitFor(t, 5*time.Second, "lockscope_deadlock_cycles 1", func() bool {
 		return sv.metric("lockscope_deadlock_cycles", nil) == 1
 	})
 	if n := sv.metric("lockscope_waiters", nil); n != 4 {
@@ -139,7 +139,7 @@ func TestDeadlockAcrossPythonAndGo(t *testing.T) {
 	}
 	py.expect(t, "acquired", 30*time.Second)
 	py.wait(t, 30*time.Second)
-	eventually(t, 10*time.Second, "the deadlock and the waiters to clear", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the deadlock and the waiters to clear", func() bool {
 		sv.get("/api/v1/blocking", &b)
 		return len(b.Deadlocks) == 0 && b.Waiters == 0 && sv.metric("lockscope_waiters", nil) == 0
 	})

@@ -28,7 +28,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 	// flushed them before it exited, and serve reads within milliseconds.
 	settled := func(t *testing.T, key string, cond func(lockDetail) bool) lockDetail {
 		var d lockDetail
-		eventually(t, 10*time.Second, key+" on the dashboard", func() bool {
+		redistest.WaitFor(t, 10*time.Second, key+" on the dashboard", func() bool {
 			d = sv.lock(key)
 			return cond(d)
 		})

@@ -8,15 +8,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if lockscopeBin.dir != "" {
-		os.RemoveAll(lockscopeBin.dir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { redistest.Main(m) }
 
 // python is Debian's own interpreter, whose packages python3-redis and
 // python3-pytest scripts/deps.sh installs: not a python3 earlier on PATH

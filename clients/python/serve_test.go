@@ -4,13 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,34 +20,6 @@ import (
 
 	"github.com/lockscope/lockscope/internal/redistest"
 )
-
-// The real lockscope binary, built once for the package's tests and
-// removed by TestMain.
-var lockscopeBin struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
-func buildLockscope(t testing.TB) string {
-	t.Helper()
-	b := &lockscopeBin
-	b.once.Do(func() {
-		if b.dir, b.err = os.MkdirTemp("", "lockscope-python-"); b.err != nil {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", filepath.Join(b.dir, "lockscope"), "github.com/lockscope/lockscope/cmd/lockscope").CombinedOutput()
-		if err != nil {
-			b.err = fmt.Errorf("go build ./cmd/lockscope: %v\n%s", err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return filepath.Join(b.dir, "lockscope")
-}
 
 // serve is a running `lockscope serve`.
 type serve struct {
@@ -66,7 +35,7 @@ func startServe(t testing.TB, redisURL string) *serve {
 		t.Fatal(err)
 	}
 	s := &serve{t: t, listen: "127.0.0.1:" + strconv.Itoa(port)}
-	cmd := exec.Command(buildLockscope(t), "serve", "--redis", redisURL, "--listen", s.listen, "--log-level", "warn")
+	cmd := exec.Command(redistest.Lockscope(t), "serve", "--redis", redisURL, "--listen", s.listen, "--log-level", "warn")
 	var out strings.Builder
 	var mu sync.Mutex
 	cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
@@ -86,7 +55,7 @@ func startServe(t testing.TB, redisURL string) *serve {
 			mu.Unlock()
 		}
 	})
-	eventually(t, 30*time.Second, "lockscope serve to answer /readyz", func() bool {
+	redistest.WaitFor(t, 30*time.Second, "lockscope serve to answer /readyz", func() bool {
 		select {
 		case <-done:
 			t.Fatalf("lockscope serve exited: %v", cmd.ProcessState)
@@ -222,18 +191,6 @@ func (d lockDetail) recentSteps() []string {
 		out = append(out, s)
 	}
 	return out
-}
-
-// eventually polls cond until it holds; the test fails after within.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %v for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // pyProc is a running Python process whose output lines are read as they

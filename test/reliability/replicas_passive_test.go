@@ -14,6 +14,7 @@ import (
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/google/go-cmp/cmp"
+
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
@@ -94,7 +95,7 @@ func getJSONCtx(ctx context.Context, u string, v any) error {
 // the other shows (holders, since to the nanosecond, stuck flags, each key's
 // expirations, the overview's counts), and both what Redis holds.
 func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
-	bin := buildLockscope(t)
+	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := testCtx(t, 3*time.Minute)
@@ -116,7 +117,7 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 	var wg sync.WaitGroup
 	rctx, stopRenewing := context.WithCancel(ctx)
 	wg.Go(func() {
-		for sleepDone(rctx, time.Second) {
+		for redistest.Sleep(rctx, time.Second) {
 			if ok, err := mutex.ExtendContext(rctx); (err != nil || !ok) && rctx.Err() == nil {
 				t.Errorf("redsync Extend = %v, %v", ok, err)
 			}
@@ -125,11 +126,11 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 	})
 	// Short locks that come and go, and one that expires while held.
 	wg.Go(func() {
-		for i := 0; sleepDone(rctx, 700*time.Millisecond); i++ {
+		for i := 0; redistest.Sleep(rctx, 700*time.Millisecond); i++ {
 			key := "pl:short"
 			tok := fmt.Sprintf("%032x", i+1)
 			if ok, _ := rdb.SetNX(rctx, key, tok, 3*time.Second).Result(); ok {
-				sleepDone(rctx, 150*time.Millisecond)
+				redistest.Sleep(rctx, 150*time.Millisecond)
 				rdb.Eval(context.WithoutCancel(rctx), `if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`, []string{key}, tok)
 			}
 			if i%5 == 2 {
@@ -160,7 +161,7 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 				}
 				return
 			}
-			sleepCtx(ctx, 100*time.Millisecond)
+			redistest.Sleep(ctx, 100*time.Millisecond)
 		}
 		t.Fatalf("%s: after %v the replicas disagree (-a +b):\n%s\nerrors: %v, %v\na's log:\n%s\nb's log:\n%s", what, within+10*time.Second,
 			cmp.Diff(va, vb), errA, errB, tail(a.out.String(), 2000), tail(b.out.String(), 2000))
@@ -169,7 +170,7 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 	// Past --backfill, --stuck-after and the 30 s after which a hold is
 	// kept in the checkpoint: the long holds are older than what a
 	// restarted replica replays, and stuck.
-	sleepCtx(ctx, 32*time.Second)
+	redistest.Sleep(ctx, 32*time.Second)
 	agree("both running", 2*time.Second)
 	before, _ := passiveViewOf(ctx, a, keys)
 	if k := before.Keys["pl:redsync"]; !k.Held || !k.Stuck {
@@ -183,7 +184,7 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 		}
 		(*p).kill(t)
 		// Locks change while it is down: a crashed holder's lock expires.
-		sleepCtx(ctx, 1500*time.Millisecond)
+		redistest.Sleep(ctx, 1500*time.Millisecond)
 		*p = startServeOn(t, bin, srv.URL(), (*p).listen, nil, flags...)
 		agree("replica "+name+" restarted after SIGKILL", 5*time.Second)
 	}
@@ -209,17 +210,7 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 		return errA == nil && errB == nil && cmp.Equal(va, vb) && va.Held == 0 &&
 			!slices.ContainsFunc(keys, func(k string) bool { return va.Keys[k].Held })
 	}
-	if !waitFor(ctx, agreeEmpty) {
+	if !redistest.Poll(ctx, agreeEmpty) {
 		t.Errorf("after every lock was deleted the replicas do not agree on nothing held")
-	}
-}
-
-// sleepDone waits d and reports whether ctx is still live.
-func sleepDone(ctx context.Context, d time.Duration) bool {
-	select {
-	case <-ctx.Done():
-		return false
-	case <-time.After(d):
-		return true
 	}
 }
