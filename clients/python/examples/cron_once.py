@@ -19,8 +19,16 @@ import redis
 import lockscope
 
 
+_say_lock = threading.Lock()
+
+
 def say(*args):
-    print(*args, flush=True)
+    # One write per line, under a lock: print() writes the text and the
+    # newline separately, so two threads' lines could interleave.
+    line = " ".join(str(a) for a in args) + "\n"
+    with _say_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def replica(r, emitter, n, start, job_seconds, ran):

@@ -25,8 +25,16 @@ def edit_lock(r, emitter, workflow_id, user):
                           emitter=emitter, sleep=0.05)
 
 
+_say_lock = threading.Lock()
+
+
 def say(*args):
-    print(*args, flush=True)
+    # One write per line, under a lock: print() writes the text and the
+    # newline separately, so two threads' lines could interleave.
+    line = " ".join(str(a) for a in args) + "\n"
+    with _say_lock:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def alice_edits(r, emitter, opened, edit_seconds):
