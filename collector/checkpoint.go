@@ -142,40 +142,32 @@ func (c *Feeder) verifyHolders(ctx context.Context, hs []event.Event, start int6
 	for len(hs) > 0 {
 		part := hs[:min(len(hs), restoreBatch)]
 		hs = hs[len(part):]
-		pipe := c.rdb.Pipeline()
-		gets := make([]*redis.StringCmd, len(part))
-		pttls := make([]*redis.DurationCmd, len(part))
+		keys := make([]string, len(part))
 		for i := range part {
-			gets[i] = pipe.Get(ctx, part[i].Key)
-			pttls[i] = pipe.PTTL(ctx, part[i].Key)
+			keys[i] = part[i].Key
 		}
-		_, _ = pipe.Exec(ctx)
+		rs := readKeys(ctx, c.rdb, keys)
 		for i := range part {
-			h := part[i]
-			value, err := gets[i].Result()
-			if errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE") {
+			h, r := part[i], &rs[i]
+			if r.failed != nil {
+				return nil, r.failed
+			}
+			if r.gone {
 				continue
 			}
-			if err != nil {
-				return nil, err
-			}
-			pttl, err := pttls[i].Result()
-			if err != nil {
-				return nil, err
-			}
-			if v, err := lock.ParseValue(value); err == nil {
+			if v, err := lock.ParseValue(r.value); err == nil && !r.hash {
 				h.Owner, h.Lease, h.Fence, h.TS, h.Passive = v.Owner, v.Lease, v.Fence, v.Since.UnixNano(), false
-			} else if !h.Passive || !sameHolder(h.Owner, value) {
+			} else if !h.Passive || !sameHolder(h.Owner, r) {
 				continue
 			} else {
-				h.Owner = lock.ForeignOwner(value) // as the watcher names it now
+				h.Owner = r.owner() // as the watcher names it now
 			}
 			if h.TS >= start || h.TS <= 0 {
 				continue // in the replayed stream
 			}
 			h.TTL = 0
-			if pttl > 0 {
-				h.TTL = now.Add(pttl).Sub(time.Unix(0, h.TS))
+			if r.pttl > 0 {
+				h.TTL = now.Add(r.pttl).Sub(time.Unix(0, h.TS))
 			}
 			out = append(out, h)
 		}

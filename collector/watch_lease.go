@@ -216,12 +216,16 @@ func endOf(s state.LockInfo, now time.Time) event.Event {
 	return e
 }
 
-// sameHolder reports whether a hold's owner names the holder of value: the
-// name, or (a name given by an older version) its fingerprint part.
-func sameHolder(owner, value string) bool {
-	name := lock.ForeignOwner(value)
+// sameHolder reports whether a hold's owner names the holder of what r
+// read: its name, or (a string value named by an older version) its
+// fingerprint part.
+func sameHolder(owner string, r *reading) bool {
+	name := r.owner()
 	if owner == name {
 		return true
+	}
+	if r.hash {
+		return false
 	}
 	i, j := strings.LastIndexByte(owner, ' '), strings.LastIndexByte(name, ' ')
 	return i >= 0 && j >= 0 && owner[i:] == name[j:]

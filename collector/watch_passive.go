@@ -2,8 +2,8 @@ package collector
 
 import (
 	"context"
-	"errors"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lockscope/lockscope/collector/internal/glob"
@@ -46,15 +46,20 @@ type passiveWatcher struct {
 	rules       []watchRule    // Options.Watch, deduplicated, in order
 	chanIndex   map[string]int // keyspace channel pattern -> index in rules
 
+	mu        sync.Mutex // guards held and waiting: the Redisson poller reads them too
 	held      map[string]*passiveHold
+	waiting   map[string]*redissonWaiters // keys whose Redisson waiters were seen
 	fullShown bool
 }
 
 // passiveHold is a watched key's holder as last seen.
 type passiveHold struct {
-	value    string
+	value    string // the string, or a Redisson hash's content
+	owner    string // its name
 	since    time.Time
 	deadline deadline
+	redisson bool   // a Redisson lock: its waiters are polled (watch_redisson.go)
+	mode     string // a Redisson read-write lock's mode
 }
 
 func newPassiveWatcher(c *Feeder, t *term, n watchNode) *passiveWatcher {
@@ -65,6 +70,7 @@ func newPassiveWatcher(c *Feeder, t *term, n watchNode) *passiveWatcher {
 		spacePrefix: n.spacePrefix(),
 		chanIndex:   make(map[string]int),
 		held:        make(map[string]*passiveHold),
+		waiting:     make(map[string]*redissonWaiters),
 	}
 	w.rules = c.rules
 	for i, r := range w.rules {
@@ -79,6 +85,9 @@ func (w *passiveWatcher) run(ctx context.Context) {
 	for _, r := range w.rules {
 		channels = append(channels, w.spacePrefix+r.pattern)
 	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { w.pollRedisson(ctx) })
 	w.c.follow(ctx, w.node.rdb, channels, func(ctx context.Context, first bool) {
 		// A restarted Redis forgot what CONFIG SET changed, and
 		// notifications were missed while away.
@@ -101,7 +110,7 @@ func (w *passiveWatcher) handle(ctx context.Context, m *redis.Message) {
 		return
 	}
 	switch m.Payload {
-	case "set", "expire", "persist":
+	case "set", "expire", "persist", "hset", "hincrby", "hdel":
 		w.observe(ctx, key)
 	case "del":
 		w.released(key)
@@ -122,33 +131,31 @@ func (w *passiveWatcher) patternOf(key string) int {
 
 // observe reads key's value and TTL after a notification.
 func (w *passiveWatcher) observe(ctx context.Context, key string) {
-	pipe := w.node.rdb.Pipeline()
-	get := pipe.Get(ctx, key)
-	pttl := pipe.PTTL(ctx, key)
-	sent := time.Now()
-	_, _ = pipe.Exec(ctx)
-	value, err := get.Result()
-	if err != nil {
-		// redis.Nil: gone already, its del or expired follows. WRONGTYPE:
-		// not a lock. Connection errors: the resync after reconnect
-		// catches up.
+	r := readKeys(ctx, w.node.rdb, []string{key})[0]
+	if r.failed != nil || r.gone {
+		// Gone already: its del or expired follows. Connection errors:
+		// the resync after reconnect catches up.
 		return
 	}
-	w.update(key, value, pttl.Val(), sent, false)
+	w.update(&r, false)
 }
 
-// isLock reports whether a watched key holding value with the given PTTL
-// (negative: none) is a lock of another library (see watch_rule.go).
-func (w *passiveWatcher) isLock(key, value string, pttl time.Duration) bool {
-	// The library's own locks come through the stream; the collector's keys
-	// and fence counters are no locks.
-	if own(value) || w.c.internalKey(key) {
-		return false
+// isLock reports whether what a watched key holds is a lock of another
+// library (see watch_rule.go).
+func (w *passiveWatcher) isLock(r *reading) bool {
+	if w.c.internalKey(r.key) {
+		return false // the collector's keys and fence counters
 	}
-	if lock.ForeignKind(value) != "" {
+	if r.hash {
+		return r.rlkOK // a Redisson lock, or some other hash
+	}
+	if own(r.value) {
+		return false // the library's own locks come through the stream
+	}
+	if lock.ForeignKind(r.value) != "" {
 		return true
 	}
-	i := w.patternOf(key)
+	i := w.patternOf(r.key)
 	if i < 0 {
 		return false
 	}
@@ -156,18 +163,18 @@ func (w *passiveWatcher) isLock(key, value string, pttl time.Duration) bool {
 	case WatchAny:
 		return true
 	case WatchTTL:
-		return pttl >= 0
+		return r.pttl >= 0
 	}
 	return false
 }
 
-// update records key's current value and TTL (PTTL reply, read after sent)
-// and emits what changed: an acquisition, a renewal, or (resync: found by a
-// rescan, not seen acquired) a hold found. It reports whether key holds a
-// lock now.
-func (w *passiveWatcher) update(key, value string, pttl time.Duration, sent time.Time, resync bool) bool {
+// update records what a watched key holds now and emits what changed: an
+// acquisition, a renewal, or (resync: found by a rescan, not seen acquired)
+// a hold found. It reports whether key holds a lock now.
+func (w *passiveWatcher) update(r *reading, resync bool) bool {
 	now := w.c.opt.Now()
-	if !w.isLock(key, value, pttl) {
+	key := r.key
+	if !w.isLock(r) {
 		// Was it a lock (PERSIST, or SET without expiry)? Its hold ended.
 		w.released(key)
 		return false
@@ -176,14 +183,18 @@ func (w *passiveWatcher) update(key, value string, pttl time.Duration, sent time
 	// deadline lies in [sent+pttl, received+pttl] by the local clock.
 	var ttl time.Duration
 	var dl deadline
-	if pttl > 0 {
-		ttl = pttl
-		dl = deadline{lo: sent.Add(pttl), hi: time.Now().Add(pttl)}
+	if r.pttl > 0 {
+		ttl = r.pttl
+		dl = deadline{lo: r.sent.Add(r.pttl), hi: time.Now().Add(r.pttl)}
 	}
-	owner := lock.ForeignOwner(value)
-	if h := w.held[key]; h != nil && h.value == value {
+	owner := r.owner()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if h := w.held[key]; h != nil && h.owner == owner {
+		// The same holder (a Redisson thread re-entering its lock
+		// changes the hash, not the holder).
 		moved := !h.deadline.same(dl)
-		h.deadline = dl
+		h.value, h.deadline, h.mode = r.value, dl, r.rlock.Mode
 		// SET NX PX raises "set" and "expire" together: the second one
 		// finds the deadline where the first left it.
 		if moved {
@@ -199,7 +210,7 @@ func (w *passiveWatcher) update(key, value string, pttl time.Duration, sent time
 		}
 		return false
 	}
-	w.held[key] = &passiveHold{value: value, since: now, deadline: dl}
+	w.held[key] = &passiveHold{value: r.value, owner: owner, since: now, deadline: dl, redisson: r.rlkOK, mode: r.rlock.Mode}
 	if resync && !known {
 		// Found held by a scan, not seen acquired: held at least since
 		// now, or since when a checkpoint or the stream says it began
@@ -208,17 +219,22 @@ func (w *passiveWatcher) update(key, value string, pttl time.Duration, sent time
 		w.emit(event.Event{Type: event.Renewed, Key: key, Owner: owner, TTL: ttl, TS: now.UnixNano(), Passive: true})
 		return true
 	}
-	w.emit(event.Event{Type: event.Acquired, Key: key, Owner: owner, TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true})
+	e := event.Event{Type: event.Acquired, Key: key, Owner: owner, TTL: ttl, Attempts: 1, TS: now.UnixNano(), Passive: true}
+	if r.rlkOK {
+		// A Redisson waiter the watcher saw wait: its wait ends here.
+		w.waitEnded(&e, r.rlock, now)
+	}
+	w.emit(e)
 	return true
 }
 
 // adopt takes over a hold the state knew at the start of the term (seeded
-// by the previous watcher's events), now that a rescan read key's value:
-// the same holder keeps its since; another one means the hold changed hands
-// while nobody watched.
-// It reports whether the hold was adopted; if not, it has been ended.
-func (w *passiveWatcher) adopt(key, value string, pttl time.Duration, s state.LockInfo) bool {
-	if !w.isLock(key, value, pttl) || !sameHolder(s.Owner, value) {
+// by the previous watcher's events), now that a rescan read the key: the
+// same holder keeps its since; another one means the hold changed hands
+// while nobody watched. It reports whether the hold was adopted; if not, it
+// has been ended.
+func (w *passiveWatcher) adopt(r *reading, s state.LockInfo) bool {
+	if r.gone || !w.isLock(r) || !sameHolder(s.Owner, r) {
 		w.emit(endOf(s, w.c.opt.Now()))
 		return false
 	}
@@ -226,7 +242,9 @@ func (w *passiveWatcher) adopt(key, value string, pttl time.Duration, s state.Lo
 	if !s.ExpiresAt.IsZero() {
 		dl = deadline{lo: s.ExpiresAt.Add(-seedSlack), hi: s.ExpiresAt.Add(seedSlack)}
 	}
-	w.held[key] = &passiveHold{value: value, since: s.Since, deadline: dl}
+	w.mu.Lock()
+	w.held[r.key] = &passiveHold{value: r.value, owner: r.owner(), since: s.Since, deadline: dl, redisson: r.rlkOK, mode: r.rlock.Mode}
+	w.mu.Unlock()
 	return true
 }
 
@@ -246,23 +264,27 @@ func (d deadline) same(e deadline) bool {
 func (d deadline) passed(now time.Time) bool { return !d.lo.IsZero() && now.After(d.hi) }
 
 func (w *passiveWatcher) released(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	h := w.held[key]
 	if h == nil {
 		return
 	}
 	delete(w.held, key)
 	now := w.c.opt.Now()
-	w.emit(event.Event{Type: event.Released, Key: key, Owner: lock.ForeignOwner(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
+	w.emit(event.Event{Type: event.Released, Key: key, Owner: h.owner, Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
 }
 
 func (w *passiveWatcher) expired(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	h := w.held[key]
 	if h == nil {
 		return
 	}
 	delete(w.held, key)
 	now := w.c.opt.Now()
-	w.emit(event.Event{Type: event.Expired, Key: key, Owner: lock.ForeignOwner(h.value), Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
+	w.emit(event.Event{Type: event.Expired, Key: key, Owner: h.owner, Hold: max(now.Sub(h.since), 0), TS: now.UnixNano(), Passive: true})
 }
 
 func (w *passiveWatcher) emit(e event.Event) { w.t.out.add(e) }
@@ -307,11 +329,19 @@ func (w *passiveWatcher) resync(ctx context.Context, first bool) bool {
 	if w.syncKeys(ctx, keys, first) != nil {
 		return false
 	}
-	for key, h := range w.held {
-		if seen[key] {
-			continue
+	w.mu.Lock()
+	var gone []string
+	for key := range w.held {
+		if !seen[key] {
+			gone = append(gone, key)
 		}
-		if h.deadline.passed(time.Now()) {
+	}
+	w.mu.Unlock()
+	for _, key := range gone {
+		w.mu.Lock()
+		h := w.held[key]
+		w.mu.Unlock()
+		if h != nil && h.deadline.passed(time.Now()) {
 			w.expired(key)
 		} else {
 			w.released(key)
@@ -320,43 +350,32 @@ func (w *passiveWatcher) resync(ctx context.Context, first bool) bool {
 	return true
 }
 
-// syncKeys reads the keys' values and TTLs in one round trip.
+// syncKeys reads the keys' values and TTLs and records them.
 func (w *passiveWatcher) syncKeys(ctx context.Context, keys []string, first bool) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	pipe := w.node.rdb.Pipeline()
-	sent := time.Now()
-	gets := make([]*redis.StringCmd, len(keys))
-	ttls := make([]*redis.DurationCmd, len(keys))
-	for i, k := range keys {
-		gets[i] = pipe.Get(ctx, k)
-		ttls[i] = pipe.PTTL(ctx, k)
+	rs := readKeys(ctx, w.node.rdb, keys)
+	for i := range rs {
+		if err := rs[i].failed; err != nil {
+			w.c.log.Warn("passive watch: rescan failed; retried at the next reconnect", "err", err)
+			return err
+		}
 	}
-	_, err := pipe.Exec(ctx)
-	var rerr redis.Error
-	if err != nil && !errors.Is(err, redis.Nil) && !errors.As(err, &rerr) {
-		w.c.log.Warn("passive watch: rescan failed; retried at the next reconnect", "err", err)
-		return err
-	}
-	for i, k := range keys {
-		v, err := gets[i].Result()
+	for i := range rs {
+		r := &rs[i]
 		found := true // a hold found by the rescan, not seen acquired
 		if first {
-			if s, ok := w.t.seed(k); ok {
-				if err != nil {
-					w.emit(endOf(s, w.c.opt.Now())) // no longer a string value
-					continue
-				}
+			if s, ok := w.t.seed(r.key); ok {
 				// Another holder than the state's took it meanwhile: an
 				// acquisition.
-				found = w.adopt(k, v, ttls[i].Val(), s)
+				found = w.adopt(r, s)
 			}
 		}
-		if err != nil {
-			continue // deleted since SCAN, or not a string: its notification tells
+		if r.gone {
+			continue // deleted since SCAN: its notification tells
 		}
-		w.update(k, v, ttls[i].Val(), sent, found)
+		w.update(r, found)
 	}
 	return nil
 }
