@@ -35,7 +35,7 @@ import (
 
 // Flags of notify-keyspace-events the collector needs.
 const (
-	notifyExpired = "Ex"  // keyevent channel: expired
+	notifyExpired = "Ex"   // keyevent channel: expired
 	notifyWatch   = "K$gh" // keyspace channels: set ($), del and expire (g), hash writes (h: Redisson), expired (x, above)
 	notifyAll     = "g$lshzxetd"
 )
