@@ -18,6 +18,7 @@ import (
 	"github.com/lockscope/lockscope/internal/redisson"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
+	"github.com/redis/go-redis/v9"
 )
 
 // redissonProc is a node-redisson client taking one lock (testdata/
@@ -158,7 +159,9 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		}
 		return false
 	})
-	if took := next.acquiredAt().Sub(released); took > 1500*time.Millisecond {
+	took := next.acquiredAt().Sub(released)
+	t.Logf("a waiter took the lock %v after the forced release", took)
+	if took > 1500*time.Millisecond {
 		t.Errorf("a waiter took the lock %v after the forced release, want within 1.5s: woken by the unlock message", took)
 	}
 	second := holderName()
@@ -198,4 +201,161 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 	if got := metric(t, reg, "lockscope_acquisitions_total"); got != 3 {
 		t.Errorf("lockscope_acquisitions_total = %v, want 3 (holder, woken waiter, last waiter)", got)
 	}
+}
+
+// The commands Java Redisson sends, from its source (RedissonFairLock,
+// RedissonReadLock, RedissonWriteLock: tryLockInnerAsync with EVAL_LONG,
+// acquireFailedAsync), run as Redisson runs them.
+const (
+	javaFairTryLock = `while true do local firstThreadId2 = redis.call('lindex', KEYS[2], 0);if firstThreadId2 == false then break;end;local timeout = redis.call('zscore', KEYS[3], firstThreadId2);if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then redis.call('zrem', KEYS[3], firstThreadId2);redis.call('lpop', KEYS[2]);else break;end;end;` +
+		`if (redis.call('exists', KEYS[1]) == 0) and ((redis.call('exists', KEYS[2]) == 0) or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then redis.call('lpop', KEYS[2]);redis.call('zrem', KEYS[3], ARGV[2]);local keys = redis.call('zrange', KEYS[3], 0, -1);for i = 1, #keys, 1 do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);end;redis.call('hset', KEYS[1], ARGV[2], 1);redis.call('pexpire', KEYS[1], ARGV[1]);return nil;end;` +
+		`if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then redis.call('hincrby', KEYS[1], ARGV[2],1);redis.call('pexpire', KEYS[1], ARGV[1]);return nil;end;` +
+		`local timeout = redis.call('zscore', KEYS[3], ARGV[2]);if timeout ~= false then local ttl = redis.call('pttl', KEYS[1]);return math.max(0, ttl); end;` +
+		`local lastThreadId = redis.call('lindex', KEYS[2], -1);local ttl;if lastThreadId ~= false and lastThreadId ~= ARGV[2] and redis.call('zscore', KEYS[3], lastThreadId) ~= false then ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);else ttl = redis.call('pttl', KEYS[1]);end;local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then redis.call('rpush', KEYS[2], ARGV[2]);end;return ttl;`
+	javaFairAcquireFailed = `local queue = redis.call('lrange', KEYS[1], 0, -1);local i = 1;while i <= #queue and queue[i] ~= ARGV[1] do i = i + 1;end;i = i + 1;while i <= #queue do redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i]);i = i + 1;end;redis.call('zrem', KEYS[2], ARGV[1]);redis.call('lrem', KEYS[1], 0, ARGV[1]);`
+	javaReadTryLock       = `local mode = redis.call('hget', KEYS[1], 'mode'); if (mode == false) then redis.call('hset', KEYS[1], 'mode', 'read'); redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('set', KEYS[2] .. ':1', 1); redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); local key = KEYS[2] .. ':' .. ind;redis.call('set', key, 1); redis.call('pexpire', key, ARGV[1]); local remainTime = redis.call('pttl', KEYS[1]); redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); return nil; end;return redis.call('pttl', KEYS[1]);`
+	javaWriteTryLock      = `local mode = redis.call('hget', KEYS[1], 'mode'); if (mode == false) then redis.call('hset', KEYS[1], 'mode', 'write'); redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; if (mode == 'write') then if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then redis.call('hincrby', KEYS[1], ARGV[2], 1); local currentExpire = redis.call('pttl', KEYS[1]); redis.call('pexpire', KEYS[1], currentExpire + ARGV[1]); return nil; end; end;return redis.call('pttl', KEYS[1]);`
+)
+
+// A fair lock, read-write locks, as Java Redisson writes them: the fair
+// lock's queue shown as its waiters, in order, each with its timeout; its
+// forced release wakes the first waiter only (on the lock's channel followed
+// by that waiter's field, as Redisson's unlock does), who then takes it
+// after its wait; a waiter that gives up (acquireFailed) fails with reason
+// timeout. A read lock is held by "redisson readers", a write lock by its
+// writer; their forced releases publish on the read-write channel the
+// message Redisson's forceUnlock publishes ("0" after readers, "1" after a
+// writer).
+func TestWatchRedissonJavaLayouts(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	agg, reg := testAgg(t, state.Config{})
+	stream := "lockscope:events"
+	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "java", Watch: []string{"jr:*"}})
+	waitSynced(t, c, 1)
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
+	defer em.Close(ctx)
+	rel := redisson.NewReleaser(lock.New(rdb, nil), rdb, em)
+
+	const fair = "jr:fair"
+	fairKeys := []string{fair, redisson.QueueKey(fair), redisson.TimeoutKey(fair)}
+	const idA, idB, idC = "0a6a8f0e-4f6e-4c1b-9d2a-4f0e1c2b3a4d", "1b7b9f1f-5a7f-4d2c-8e3b-5a1f2d3c4b5e", "2c8ca020-6b80-4e3d-9f4c-6b20e4d5c6f7"
+	tryFair := func(field string) any {
+		v, err := rdb.Eval(ctx, javaFairTryLock, fairKeys, 30000, field, 5000, time.Now().UnixMilli()).Result()
+		if err != nil && err.Error() != "redis: nil" {
+			t.Fatalf("fair tryLock(%s): %v", field, err)
+		}
+		return v
+	}
+	if v := tryFair(idA + ":1"); v != nil {
+		t.Fatalf("first fair tryLock = %v, want nil (acquired)", v)
+	}
+	tryFair(idB + ":2")
+	tryFair(idC + ":3")
+	waitFor(t, "the fair lock's two queued waiters", func() bool {
+		d, _ := agg.Lock(fair)
+		return d.Held && d.Owner == "redisson 0a6a8f0e:1" && len(d.WaitersNow) == 2
+	})
+	d, _ := agg.Lock(fair)
+	timeouts := rdb.ZRangeWithScores(ctx, redisson.TimeoutKey(fair), 0, -1).Val()
+	for i, want := range []struct {
+		owner string
+		field string
+	}{{"redisson 1b7b9f1f:2", idB + ":2"}, {"redisson 2c8ca020:3", idC + ":3"}} {
+		x := d.WaitersNow[i]
+		var timeout time.Time
+		for _, z := range timeouts {
+			if z.Member == want.field {
+				timeout = time.UnixMilli(int64(z.Score))
+			}
+		}
+		if x.Owner != want.owner || x.Holder != "redisson 0a6a8f0e:1" || x.Deadline.Sub(timeout).Abs() > time.Second {
+			t.Errorf("waiter %d = %+v, want %s waiting for redisson 0a6a8f0e:1 until %v", i, x, want.owner, timeout)
+		}
+	}
+	if l := lockInfo(agg, fair); l.Waiters != 2 {
+		t.Errorf("Lock(fair).Waiters = %d, want 2", l.Waiters)
+	}
+
+	// The forced release wakes the first waiter, and only it.
+	sub := rdb.Subscribe(ctx, redisson.Channel(fair)+":"+idB+":2", redisson.Channel(fair)+":"+idC+":3")
+	defer sub.Close()
+	for range 2 {
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := rel.Inspect(ctx, fair)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel.ForceRelease(ctx, fair, h.Fingerprint, "ops", "stuck"); err != nil {
+		t.Fatalf("ForceRelease(fair): %v", err)
+	}
+	msg, err := sub.ReceiveTimeout(ctx, 5*time.Second)
+	if m, ok := msg.(*redis.Message); err != nil || !ok || m.Channel != redisson.Channel(fair)+":"+idB+":2" || m.Payload != redisson.UnlockMessage {
+		t.Fatalf("after the forced release, received %v, %v; want %q on the first waiter's channel", msg, err, redisson.UnlockMessage)
+	}
+	if v := tryFair(idB + ":2"); v != nil {
+		t.Fatalf("the first waiter's tryLock = %v, want nil (acquired)", v)
+	}
+	waitFor(t, "the first waiter holds it after its wait, the second still waits", func() bool {
+		d, _ := agg.Lock(fair)
+		return d.Held && d.Owner == "redisson 1b7b9f1f:2" && len(d.WaitersNow) == 1 && d.Contentions == 1
+	})
+	// The second gives up.
+	if err := rdb.Eval(ctx, javaFairAcquireFailed, fairKeys[1:], idC+":3", 5000).Err(); err != nil && err.Error() != "redis: nil" {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second waiter's give-up", func() bool {
+		return metric(t, reg, "lockscope_acquire_failures_total", "reason", "timeout") == 1 && len(func() []state.Waiter { d, _ := agg.Lock(fair); return d.WaitersNow }()) == 0
+	})
+
+	// Read-write locks.
+	const rw = "jr:rw"
+	readers := []string{"3d9db131-7c91-4f4e-8a5d-7c31f5e6d708:4", "4eaec242-8da2-405f-9b6e-8d42a6f7e819:5"}
+	for _, f := range readers {
+		if err := rdb.Eval(ctx, javaReadTryLock, []string{rw, "{" + rw + "}:" + f + ":rwlock_timeout"}, 30000, f, f+":write").Err(); err != nil && err.Error() != "redis: nil" {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the read lock held by its readers", func() bool {
+		l := lockInfo(agg, rw)
+		return l.Held && l.Owner == "redisson readers"
+	})
+	rwSub := rdb.Subscribe(ctx, redisson.RWChannel(rw))
+	defer rwSub.Close()
+	if _, err := rwSub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err = rel.Inspect(ctx, rw)
+	if err != nil || !strings.Contains(h.Value, "read lock") || strings.Count(h.Value, "×1") != 2 {
+		t.Fatalf("Inspect(rw) = %+v, %v; want a read lock with two readers", h, err)
+	}
+	if _, err := rel.ForceRelease(ctx, rw, h.Fingerprint, "ops", "stuck readers"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := rwSub.ReceiveMessage(ctx); err != nil || m.Payload != redisson.UnlockMessage {
+		t.Errorf("after releasing readers received %v, %v; want %q", m, err, redisson.UnlockMessage)
+	}
+	const writer = "5fbfd353-9eb3-4160-8c7f-9e53b708f92a:6:write"
+	if err := rdb.Eval(ctx, javaWriteTryLock, []string{rw}, 30000, writer).Err(); err != nil && err.Error() != "redis: nil" {
+		t.Fatal(err)
+	}
+	waitFor(t, "the write lock held by its writer", func() bool {
+		l := lockInfo(agg, rw)
+		return l.Held && l.Owner == "redisson 5fbfd353:6 (write)"
+	})
+	h, err = rel.Inspect(ctx, rw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rel.ForceRelease(ctx, rw, h.Fingerprint, "ops", "stuck writer"); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := rwSub.ReceiveMessage(ctx); err != nil || m.Payload != redisson.ReadUnlockMessage {
+		t.Errorf("after releasing the writer received %v, %v; want %q", m, err, redisson.ReadUnlockMessage)
+	}
+	waitFor(t, "three forced releases counted", func() bool { return metric(t, reg, "lockscope_forced_releases_total") == 3 })
 }

@@ -316,3 +316,77 @@ func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
 		t.Errorf("after the forced release: held %v, timeline %v; want free, [forced acquired]", v.Held, types)
 	}
 }
+
+// A Redisson lock (a hash, as Java Redisson writes it) through the binary:
+// `lockscope locks` lists it held by its Redisson holder, `inspect` shows
+// its reentrancy, `release` removes what the operator saw and publishes
+// Redisson's unlock message so that its waiters try again; the dashboard's
+// API shows it held and releases it the same way.
+func TestRedissonLockThroughTheCommandsAndTheDashboard(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL()}
+	take := func(key, field string) {
+		// RLock.tryLockInnerAsync: HINCRBY and PEXPIRE (the watchdog's 30 s).
+		rdb.HIncrBy(ctx, key, field, 1)
+		rdb.HIncrBy(ctx, key, field, 1) // re-entered
+		rdb.PExpire(ctx, key, 30*time.Second)
+	}
+	const key, field = "rz:report", "6d2b8f4e-1c3a-4b5d-9e6f-7a8b9c0d1e2f:42"
+	take(key, field)
+	rdb.HSet(ctx, "rz:session", "user", "42") // a hash that is no lock
+
+	out, errOut, code := lockscope(t, env, "", "locks", "rz:*")
+	if code != 0 || !strings.Contains(out, "redisson 6d2b8f4e:42") || strings.Contains(out, "rz:session") {
+		t.Errorf("locks = %d\n%s%s\nwant rz:report held by redisson 6d2b8f4e:42, and no rz:session", code, out, errOut)
+	}
+	out, _, code = lockscope(t, env, "", "inspect", "--reveal", key)
+	if code != 0 || !strings.Contains(out, "redisson lock: 6d2b8f4e:42 ×2") {
+		t.Errorf("inspect --reveal = %d\n%s\nwant the holder and its reentrancy count", code, out)
+	}
+	sub := rdb.Subscribe(ctx, "redisson_lock__channel:{"+key+"}")
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := lockscope(t, env, "", "release", key, "--reason", "report hung", "--yes", "--operator-user", "ana"); code != 0 || rdb.Exists(ctx, key).Val() != 0 {
+		t.Fatalf("release = %d\n%s%s\nwant the Redisson lock released", code, out, errOut)
+	}
+	if m, err := sub.ReceiveMessage(ctx); err != nil || m.Payload != "0" {
+		t.Errorf("after release, the lock's channel got %v, %v; want Redisson's unlock message 0", m, err)
+	}
+
+	base, _ := serveReady(t, append(env, "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"), "--watch", "rz:*")
+	take(key, field)
+	var fp string
+	eventually(t, 10*time.Second, func() string {
+		_, body, _ := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
+		var v struct {
+			Held  bool   `json:"held"`
+			Owner string `json:"owner"`
+			Redis *struct {
+				Fingerprint string `json:"fingerprint"`
+			} `json:"redis_holder"`
+		}
+		if json.Unmarshal([]byte(body), &v) != nil || !v.Held || v.Owner != "redisson 6d2b8f4e:42" || v.Redis == nil {
+			return "not held by redisson 6d2b8f4e:42 yet: " + body
+		}
+		fp = v.Redis.Fingerprint
+		return ""
+	})
+	if code, body := apiRelease(t, base, key, fp, "stuck again", "s3cret-token-0123"); code != 200 {
+		t.Fatalf("POST release = %d %s", code, body)
+	}
+	if m, err := sub.ReceiveMessage(ctx); err != nil || m.Payload != "0" {
+		t.Errorf("after the dashboard's release, the lock's channel got %v, %v; want 0", m, err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		_, body, _ := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
+		if !strings.Contains(body, `"held":false`) || !strings.Contains(body, `"type":"forced"`) {
+			return "not released and forced yet: " + body
+		}
+		return ""
+	})
+}

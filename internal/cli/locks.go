@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/internal/redisson"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -23,7 +24,8 @@ func locksCommand() *command {
 		name:  "locks",
 		args:  "[PATTERN]",
 		short: "list current lock holders whose keys match a pattern",
-		long: `Locks scans Redis (SCAN, never KEYS) for string keys matching PATTERN, a Redis
+		long: `Locks scans Redis (SCAN, never KEYS) for the string and hash keys (Redisson's locks
+are hashes) matching PATTERN, a Redis
 glob (default "*"), and shows each lock's holder: owner, how long it has been
 held, the TTL left, the fencing token and the fingerprint that 'release
 --fingerprint' takes. Locks taken by other libraries are listed as foreign,
@@ -135,7 +137,7 @@ type lockList struct {
 // else counted. Inspections run a few at a time:
 // each is one script call.
 func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int, stream string, noTTL bool) (lockList, error) {
-	lc := lock.New(rdb, nil)
+	lc := redisson.NewReleaser(lock.New(rdb, nil), rdb, nil)
 	var (
 		mu        sync.Mutex
 		holders   []*lock.Holder
@@ -145,7 +147,7 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 		sem       = make(chan struct{}, 8)
 		truncated bool
 	)
-	scanErr := scanStrings(ctx, rdb, pattern, func(key string) bool {
+	scanErr := scanLocks(ctx, rdb, pattern, func(key string) bool {
 		if strings.HasPrefix(key, lock.FencePrefix) || key == stream || strings.HasPrefix(key, stream+":") {
 			return true
 		}

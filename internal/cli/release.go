@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/internal/redisson"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -71,7 +72,7 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 		defer cancel()
 		em.Close(cctx)
 	}()
-	lc := lock.New(rdb, &lock.Options{Recorder: em})
+	lc := redisson.NewReleaser(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
 	h, err := lc.Inspect(ctx, key)
 	if errors.Is(err, lock.ErrNotHeld) {
 		return fmt.Errorf("%s is not held; nothing to release", keytext.Terminal(key, 200))

@@ -8,25 +8,30 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// errStopScan ends scanStrings early.
+// errStopScan ends scanLocks early.
 var errStopScan = errors.New("stop")
 
-// scanStrings calls each (one call at a time) for the string keys matching
-// pattern on every master (a Cluster's keys live on several) until it
-// returns false.
-func scanStrings(ctx context.Context, rdb redis.UniversalClient, pattern string, each func(key string) bool) error {
+// scanLocks calls each (one call at a time) for the keys matching pattern
+// that can be locks, strings and hashes (Redisson's), on every master (a
+// Cluster's keys live on several) until it returns false.
+func scanLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, each func(key string) bool) error {
 	var mu sync.Mutex
 	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.ScanType(ctx, 0, pattern, 500, "string").Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			more := each(iter.Val())
-			mu.Unlock()
-			if !more {
-				return errStopScan
+		for _, typ := range []string{"string", "hash"} {
+			iter := c.ScanType(ctx, 0, pattern, 500, typ).Iterator()
+			for iter.Next(ctx) {
+				mu.Lock()
+				more := each(iter.Val())
+				mu.Unlock()
+				if !more {
+					return errStopScan
+				}
+			}
+			if err := iter.Err(); err != nil {
+				return err
 			}
 		}
-		return iter.Err()
+		return nil
 	}
 	var err error
 	if cc, ok := rdb.(*redis.ClusterClient); ok {

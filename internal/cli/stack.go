@@ -23,6 +23,7 @@ import (
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/dashboard"
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redisson"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -191,7 +192,9 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		user, tokenOperator = "", cfg.http.user
 	}
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Partitions: cfg.partitions, Owner: "lockscope-dashboard", Logger: log})
-	rel := lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em})
+	// String locks are lock.Client's; Redisson's hash locks are read and
+	// released by internal/redisson, their forced releases recorded alike.
+	rel := redisson.NewReleaser(lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em}), rdb, em)
 	var tokens map[string]string
 	if cfg.http.tokensFile != "" {
 		if tokens, err = readTokens(cfg.http.tokensFile); err != nil {

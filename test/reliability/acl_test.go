@@ -332,8 +332,24 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 	// Held before the collector starts: only the rescan can find it.
 	pre, live := "lock:pre:"+user, "lock:live:"+user
 	const pyPre, pyLive = "f38f5694e9a511f18bee02fc00000001", "f38f5b8ae9a511f18bee02fc00000001" // redis-py's uuid1 tokens
+	// Redisson's locks, as Java Redisson writes them: a lock (a hash), one
+	// with a client waiting on its channel, a fair lock with a queued
+	// waiter.
+	rlock, rfair := "lock:rz:"+user, "lock:rf:"+user
+	const holderField, waiterField = "6d2b8f4e-1c3a-4b5d-9e6f-7a8b9c0d1e2f:7", "7e3c9f5a-2d4b-4c6e-8f7a-8b9cad1e2f30:8"
 	if watch {
 		admin.Set(ctx, pre, pyPre, time.Minute)
+		for _, k := range []string{rlock, rfair} {
+			admin.HSet(ctx, k, holderField, 1)
+			admin.PExpire(ctx, k, time.Minute)
+		}
+		admin.RPush(ctx, "redisson_lock_queue:{"+rfair+"}", waiterField)
+		admin.ZAdd(ctx, "redisson_lock_timeout:{"+rfair+"}", redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: waiterField})
+		sub := admin.Subscribe(ctx, "redisson_lock__channel:{"+rlock+"}")
+		defer sub.Close()
+		if _, err := sub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	if watch {
@@ -401,6 +417,12 @@ func collectorCapability(ctx context.Context, t *testing.T, admin *redis.Client,
 		}
 		if watch && (i < 3 || !passive(live, pyLive)) {
 			problems = append(problems, "the watched lock taken while running was not followed")
+		}
+		if l, _ := agg.Lock(rlock); watch && (!l.Held || l.Owner != "redisson 6d2b8f4e:7" || l.Waiters != 1) {
+			problems = append(problems, fmt.Sprintf("the Redisson lock and its waiter on the channel: %+v", l.LockInfo))
+		}
+		if l, _ := agg.Lock(rfair); watch && (len(l.WaitersNow) != 1 || l.WaitersNow[0].Owner != "redisson 7e3c9f5a:8") {
+			problems = append(problems, fmt.Sprintf("the Redisson fair lock's queued waiter: %+v", l.WaitersNow))
 		}
 		if len(problems) == 0 {
 			return nil
@@ -521,5 +543,60 @@ func TestACLOperator(t *testing.T) {
 			}
 		}
 		return fmt.Errorf("the forced release of %q is not in the stream (stderr: %s)", key, strings.TrimSpace(errOut.String()))
+	})
+}
+
+// TestACLOperatorRedisson: `lockscope release` of Redisson's locks works
+// with the "lockscope-operator" lines of docs/acl.md: a fair lock whose
+// queue begins with a waiter past its timeout (dropped, the next one woken,
+// as Redisson's own unlock does) and a read lock (woken on the read-write
+// channel); every permission of the Redisson line is needed.
+func TestACLOperatorRedisson(t *testing.T) {
+	t.Parallel()
+	srv := startACLServer(t)
+	admin := srv.Client(t)
+	lines := readACLDoc(t)["lockscope-operator"]
+	if len(lines) != 2 {
+		t.Fatalf("%s has %d lines for lockscope-operator, want 2 (locks, Redisson's locks)", aclDoc, len(lines))
+	}
+	checkMinimal(t, srv, lines, 1, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client) error {
+		if err := admin.ScriptFlush(ctx).Err(); err != nil {
+			return err
+		}
+		const holder, stale, next = "6d2b8f4e-1c3a-4b5d-9e6f-7a8b9c0d1e2f:1", "7e3c9f5a-2d4b-4c6e-8f7a-8b9cad1e2f30:2", "8f4da06b-3e5c-4d7f-9a8b-9cadbe2f3041:3"
+		fair, rw := "app:fair:"+user, "app:rw:"+user
+		queue, timeouts := "redisson_lock_queue:{"+fair+"}", "redisson_lock_timeout:{"+fair+"}"
+		admin.HSet(ctx, fair, holder, 1)
+		admin.PExpire(ctx, fair, time.Minute)
+		admin.RPush(ctx, queue, stale, next)
+		admin.ZAdd(ctx, timeouts, redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: stale},
+			redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: next})
+		admin.HSet(ctx, rw, "mode", "read", holder, 1)
+		admin.PExpire(ctx, rw, time.Minute)
+		sub := admin.Subscribe(ctx, "redisson_lock__channel:{"+fair+"}:"+next, "redisson_rwlock:{"+rw+"}")
+		defer sub.Close()
+		for range 2 {
+			if _, err := sub.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		u := (&url.URL{Scheme: "redis", User: url.UserPassword(user, lines[0].password()), Host: srv.Addr(), Path: "/0"}).String()
+		for _, key := range []string{fair, rw} {
+			var out, errOut bytes.Buffer
+			if err := cli.Run(ctx, []string{"release", key, "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}, cli.Env{Stdout: &out, Stderr: &errOut}); err != nil {
+				return fmt.Errorf("lockscope release %s: %v (%s)", key, err, strings.TrimSpace(errOut.String()))
+			}
+			if n := admin.Exists(ctx, key).Val(); n != 0 {
+				return fmt.Errorf("%q still exists after lockscope release", key)
+			}
+			m, err := sub.ReceiveMessage(ctx)
+			if err != nil || m.Payload != "0" {
+				return fmt.Errorf("after releasing %s: %v, %v; want Redisson's unlock message", key, m, err)
+			}
+		}
+		if q := admin.LRange(ctx, queue, 0, -1).Val(); len(q) != 1 || q[0] != next {
+			return fmt.Errorf("fair queue after the release = %q, want the waiter past its timeout dropped", q)
+		}
+		return nil
 	})
 }
