@@ -114,9 +114,9 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		return l.Owner()
 	}
 	holder := startRedisson(t, srv.Port(), key, watchdog)
-	waitFor(t, "the holder's lock", func() bool { return !holder.acquiredAt().IsZero() })
+	redistest.WaitFor(t, waitLimit, "the holder's lock", func() bool { return !holder.acquiredAt().IsZero() })
 	first := holderName()
-	waitFor(t, "the Redisson lock held in the state", func() bool {
+	redistest.WaitFor(t, waitLimit, "the Redisson lock held in the state", func() bool {
 		li := lockInfo(agg, key)
 		return li.Held && li.Passive && li.Owner == first && li.TTL > 0 && li.TTL <= watchdog
 	})
@@ -125,7 +125,7 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 	}
 
 	waiters := []*redissonProc{startRedisson(t, srv.Port(), key, watchdog), startRedisson(t, srv.Port(), key, watchdog)}
-	waitFor(t, "two waiters", func() bool { return lockInfo(agg, key).Waiters == 2 })
+	redistest.WaitFor(t, waitLimit, "two waiters", func() bool { return lockInfo(agg, key).Waiters == 2 })
 	if n := rdb.PubSubNumSub(ctx, redisson.Channel(key)).Val()[redisson.Channel(key)]; n != 2 {
 		t.Errorf("PUBSUB NUMSUB %s = %d, want 2", redisson.Channel(key), n)
 	}
@@ -150,7 +150,7 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		t.Fatalf("ForceRelease: %v", err)
 	}
 	var next, last *redissonProc
-	waitFor(t, "a waiter woken by the release", func() bool {
+	redistest.WaitFor(t, waitLimit, "a waiter woken by the release", func() bool {
 		for i, w := range waiters {
 			if !w.acquiredAt().IsZero() {
 				next, last = w, waiters[1-i]
@@ -165,19 +165,19 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		t.Errorf("a waiter took the lock %v after the forced release, want within 1.5s: woken by the unlock message", took)
 	}
 	second := holderName()
-	waitFor(t, "the woken waiter holds it, the other still waits", func() bool {
+	redistest.WaitFor(t, waitLimit, "the woken waiter holds it, the other still waits", func() bool {
 		li := lockInfo(agg, key)
 		return li.Held && li.Owner == second && li.Waiters == 1
 	})
 	if li := lockInfo(agg, key); li.Contentions < 1 || second == first {
 		t.Errorf("after the release: %+v; want the waiter's acquisition counted as contended, by another holder", li)
 	}
-	waitFor(t, "the forced release counted", func() bool { return metric(t, reg, "lockscope_forced_releases_total") == 1 })
+	redistest.WaitFor(t, waitLimit, "the forced release counted", func() bool { return metric(t, reg, "lockscope_forced_releases_total") == 1 })
 
 	// The new holder crashes: its watchdog stops, the lock expires, the last
 	// waiter takes it.
 	next.cmd.Process.Signal(syscall.SIGKILL)
-	waitFor(t, "the crashed holder's lock expired", func() bool {
+	redistest.WaitFor(t, waitLimit, "the crashed holder's lock expired", func() bool {
 		for _, e := range agg.Expirations(10) {
 			if e.Key == key && e.Owner == second && e.Confirmed {
 				return true
@@ -185,9 +185,9 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		}
 		return false
 	})
-	waitFor(t, "the last waiter holds it", func() bool { return !last.acquiredAt().IsZero() })
+	redistest.WaitFor(t, waitLimit, "the last waiter holds it", func() bool { return !last.acquiredAt().IsZero() })
 	third := holderName()
-	waitFor(t, "the state follows", func() bool {
+	redistest.WaitFor(t, waitLimit, "the state follows", func() bool {
 		li := lockInfo(agg, key)
 		return li.Held && li.Owner == third && li.Waiters == 0
 	})
@@ -253,7 +253,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	}
 	tryFair(idB + ":2")
 	tryFair(idC + ":3")
-	waitFor(t, "the fair lock's two queued waiters", func() bool {
+	redistest.WaitFor(t, waitLimit, "the fair lock's two queued waiters", func() bool {
 		d, _ := agg.Lock(fair)
 		return d.Held && d.Owner == "redisson 0a6a8f0e:1" && len(d.WaitersNow) == 2
 	})
@@ -300,7 +300,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	if v := tryFair(idB + ":2"); v != nil {
 		t.Fatalf("the first waiter's tryLock = %v, want nil (acquired)", v)
 	}
-	waitFor(t, "the first waiter holds it after its wait, the second still waits", func() bool {
+	redistest.WaitFor(t, waitLimit, "the first waiter holds it after its wait, the second still waits", func() bool {
 		d, _ := agg.Lock(fair)
 		return d.Held && d.Owner == "redisson 1b7b9f1f:2" && len(d.WaitersNow) == 1 && d.Contentions == 1
 	})
@@ -308,7 +308,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	if err := rdb.Eval(ctx, javaFairAcquireFailed, fairKeys[1:], idC+":3", 5000).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second waiter's give-up", func() bool {
+	redistest.WaitFor(t, waitLimit, "the second waiter's give-up", func() bool {
 		return metric(t, reg, "lockscope_acquire_failures_total", "reason", "timeout") == 1 && len(func() []state.Waiter { d, _ := agg.Lock(fair); return d.WaitersNow }()) == 0
 	})
 
@@ -320,7 +320,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the read lock held by its readers", func() bool {
+	redistest.WaitFor(t, waitLimit, "the read lock held by its readers", func() bool {
 		l := lockInfo(agg, rw)
 		return l.Held && l.Owner == "redisson readers"
 	})
@@ -343,7 +343,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	if err := rdb.Eval(ctx, javaWriteTryLock, []string{rw}, 30000, writer).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatal(err)
 	}
-	waitFor(t, "the write lock held by its writer", func() bool {
+	redistest.WaitFor(t, waitLimit, "the write lock held by its writer", func() bool {
 		l := lockInfo(agg, rw)
 		return l.Held && l.Owner == "redisson 5fbfd353:6 (write)"
 	})
@@ -357,5 +357,5 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	if m, err := rwSub.ReceiveMessage(ctx); err != nil || m.Payload != redisson.ReadUnlockMessage {
 		t.Errorf("after releasing the writer received %v, %v; want %q", m, err, redisson.ReadUnlockMessage)
 	}
-	waitFor(t, "three forced releases counted", func() bool { return metric(t, reg, "lockscope_forced_releases_total") == 3 })
+	redistest.WaitFor(t, waitLimit, "three forced releases counted", func() bool { return metric(t, reg, "lockscope_forced_releases_total") == 3 })
 }

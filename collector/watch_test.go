@@ -182,8 +182,8 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 	waitSynced(t, c, 1)
 
 	lines := logs.lines("cannot read or set notify-keyspace-events")
-	if len(lines) != 1 || !strings.Contains(lines[0], "NOPERM") || !strings.Contains(lines[0], `need=ExK$g`) || !strings.Contains(lines[0], "notify-keyspace-events ExK$g`") {
-		t.Errorf("refusal log = %q, want one line naming the error and the flags ExK$g to configure", lines)
+	if len(lines) != 1 || !strings.Contains(lines[0], "NOPERM") || !strings.Contains(lines[0], `need=ExK$gh`) || !strings.Contains(lines[0], "notify-keyspace-events ExK$gh`") {
+		t.Errorf("refusal log = %q, want one line naming the error and the flags ExK$gh to configure", lines)
 	}
 	if got, err := admin.ConfigGet(ctx, "notify-keyspace-events").Result(); err != nil || got["notify-keyspace-events"] != "" {
 		t.Errorf("notify-keyspace-events = %q, %v; want untouched", got, err)

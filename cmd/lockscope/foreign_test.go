@@ -361,7 +361,7 @@ func TestRedissonLockThroughTheCommandsAndTheDashboard(t *testing.T) {
 	base, _ := serveReady(t, append(env, "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"), "--watch", "rz:*")
 	take(key, field)
 	var fp string
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the Redisson lock held in the API", func() error {
 		_, body, _ := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
 		var v struct {
 			Held  bool   `json:"held"`
@@ -371,10 +371,10 @@ func TestRedissonLockThroughTheCommandsAndTheDashboard(t *testing.T) {
 			} `json:"redis_holder"`
 		}
 		if json.Unmarshal([]byte(body), &v) != nil || !v.Held || v.Owner != "redisson 6d2b8f4e:42" || v.Redis == nil {
-			return "not held by redisson 6d2b8f4e:42 yet: " + body
+			return errors.New("not held by redisson 6d2b8f4e:42 yet: " + body)
 		}
 		fp = v.Redis.Fingerprint
-		return ""
+		return nil
 	})
 	if code, body := apiRelease(t, base, key, fp, "stuck again", "s3cret-token-0123"); code != 200 {
 		t.Fatalf("POST release = %d %s", code, body)
@@ -382,11 +382,11 @@ func TestRedissonLockThroughTheCommandsAndTheDashboard(t *testing.T) {
 	if m, err := sub.ReceiveMessage(ctx); err != nil || m.Payload != "0" {
 		t.Errorf("after the dashboard's release, the lock's channel got %v, %v; want 0", m, err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	redistest.WaitFor(t, 10*time.Second, "the forced release in the API", func() error {
 		_, body, _ := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
 		if !strings.Contains(body, `"held":false`) || !strings.Contains(body, `"type":"forced"`) {
-			return "not released and forced yet: " + body
+			return errors.New("not released and forced yet: " + body)
 		}
-		return ""
+		return nil
 	})
 }

@@ -559,7 +559,7 @@ func TestACLOperatorRedisson(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("%s has %d lines for lockscope-operator, want 2 (locks, Redisson's locks)", aclDoc, len(lines))
 	}
-	checkMinimal(t, srv, lines, 1, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client) error {
+	checkMinimal(t, srv, lines, 1, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client, _ time.Duration) error {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			return err
 		}
