@@ -24,6 +24,20 @@ type Options struct {
 	// unreachable; off by default. See the package documentation for the
 	// risk.
 	Degraded bool
+	// TraceContext returns the trace and span the caller's context carries
+	// (extra/otel reads an OpenTelemetry span), so that a lock's events
+	// name the trace that waited for it and the trace that held it. nil
+	// means no ids, at no cost. It is called on the lock path, once per
+	// Obtain, Try, Do or ForceRelease and only when Recorder is set: it must
+	// be quick and must not block. Zero ids mean none.
+	//
+	// Every event of an obtain (waiting, acquired, failed) carries the ids
+	// of the obtain's ctx, and so does every event of the hold it returns
+	// (renewed, renew_failed, released, lost), whatever the context passed
+	// to Refresh or Release or the function Do runs: a hold belongs to the
+	// trace that obtained it. A forced event carries the ids of the
+	// ForceRelease call's ctx (the operator's request).
+	TraceContext func(ctx context.Context) (event.TraceID, event.SpanID)
 }
 
 // Client takes locks in one Redis deployment. It is safe for concurrent use.
@@ -32,7 +46,8 @@ type Client struct {
 	owner string
 	rec   Recorder
 	batch *batcher
-	local *localLocks // nil unless Options.Degraded
+	local *localLocks                                         // nil unless Options.Degraded
+	trace func(context.Context) (event.TraceID, event.SpanID) // nil unless Options.TraceContext and Recorder
 }
 
 // New returns a Client using rdb, which may be a single-node, Sentinel
@@ -48,7 +63,19 @@ func New(rdb redis.UniversalClient, opt *Options) *Client {
 	if opt.Degraded {
 		c.local = newLocalLocks()
 	}
+	if c.rec != nil {
+		c.trace = opt.TraceContext // ids go into events only
+	}
 	return c
+}
+
+// traceOf returns the ids ctx carries, through Options.TraceContext; zero
+// without a hook (or a recorder).
+func (c *Client) traceOf(ctx context.Context) (event.TraceID, event.SpanID) {
+	if c.trace == nil {
+		return event.TraceID{}, event.SpanID{}
+	}
+	return c.trace(ctx)
 }
 
 // DefaultOwner returns "<app>/<host>/<pid>", the owner used when none is set.
@@ -147,8 +174,10 @@ func (c *Client) ForceRelease(ctx context.Context, key, fingerprint, by, reason 
 		if !h.Since.IsZero() {
 			hold = now.Sub(h.Since)
 		}
-		c.record(event.Event{Type: event.Forced, Key: key, Owner: h.Owner, Lease: h.Lease,
-			TS: now.UnixNano(), Hold: hold, Fence: h.Fence, By: by, Reason: reason})
+		e := event.Event{Type: event.Forced, Key: key, Owner: h.Owner, Lease: h.Lease,
+			TS: now.UnixNano(), Hold: hold, Fence: h.Fence, By: by, Reason: reason}
+		e.TraceID, e.SpanID = c.traceOf(ctx)
+		c.record(e)
 	}
 	return h, nil
 }

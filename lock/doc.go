@@ -91,4 +91,14 @@
 // renewed (ttl), renew_failed, lost (reason not_owner, max_hold or error) and
 // forced events. Events carry the public lease id, never the token. With a
 // nil Recorder no event is built.
+//
+// # Traces
+//
+// With Options.TraceContext set as well, events carry the trace and span
+// id the hook reads from the caller's context, so a wait seen in lockscope
+// leads to the trace that waited and a hold to the trace that held. The
+// package knows nothing of OpenTelemetry: extra/otel supplies the hook (and
+// spans for waits and holds). An obtain's events carry its context's ids;
+// a hold's events (renewed, released, lost) carry the ids of the context it
+// was obtained in, whichever context later calls get.
 package lock

@@ -29,6 +29,8 @@ type Lease struct {
 	degraded  bool
 	autoRenew bool
 	maxHold   time.Duration
+	trace     event.TraceID // of the obtain's ctx: every event of the hold carries it
+	span      event.SpanID
 
 	mu         sync.Mutex
 	ttl        time.Duration
@@ -189,7 +191,7 @@ func (l *Lease) lose(reason string) {
 
 func (l *Lease) event(t event.Type) event.Event {
 	return event.Event{Type: t, Key: l.key, Owner: l.owner, Lease: l.id, TS: time.Now().UnixNano(),
-		Fence: l.fence, Degraded: l.degraded}
+		Fence: l.fence, Degraded: l.degraded, TraceID: l.trace, SpanID: l.span}
 }
 
 // TTL returns the remaining TTL read from Redis (-1 if the key has no

@@ -97,6 +97,8 @@ type attempt struct {
 	ttlMs    int64
 	start    time.Time
 	attempts int
+	trace    event.TraceID // of the obtain's ctx (Options.TraceContext), for every event of the call and its hold
+	span     event.SpanID
 }
 
 func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.Duration, opt *ObtainOptions, once bool) (*Lease, *Holder, error) {
@@ -114,6 +116,9 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	a := attempt{key: key, ttl: ttl, ttlMs: int64((ttl + time.Millisecond - 1) / time.Millisecond), owner: c.owner, start: time.Now()}
 	if o.Owner != "" {
 		a.owner = o.Owner
+	}
+	if c.trace != nil {
+		a.trace, a.span = c.trace(ctx)
 	}
 	a.head, a.token, a.id = newHead()
 	a.headArg = a.head // boxed once for every script call of the hold
@@ -314,7 +319,7 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 	err := &NotObtainedError{Key: a.key, Holder: holder, Reason: reason, Attempts: a.attempts, Wait: time.Since(a.start), Err: cause}
 	if c.rec != nil {
 		e := event.Event{Type: event.Failed, Key: a.key, Owner: a.owner, Lease: a.id,
-			Wait: err.Wait, Attempts: a.attempts, Reason: reason}
+			Wait: err.Wait, Attempts: a.attempts, Reason: reason, TraceID: a.trace, SpanID: a.span}
 		if holder != nil {
 			e.Holder, e.Degraded = holder.Owner, holder.Degraded
 		}
@@ -327,7 +332,7 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 // per wait, so that who waits on whom is known while it happens.
 func (c *Client) waiting(ctx context.Context, a *attempt, holder *Holder) {
 	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.id, Attempts: 1,
-		Reason: event.JoinLeases(heldLeases(ctx))}
+		Reason: event.JoinLeases(heldLeases(ctx)), TraceID: a.trace, SpanID: a.span}
 	if holder != nil {
 		e.Holder, e.Degraded = holder.Owner, holder.Degraded
 	}
@@ -359,7 +364,7 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 	l := &Lease{
 		c: c, key: a.key, keys: a.keys[:1], head: a.head, headArg: a.headArg, token: a.token, owner: a.owner, id: a.id,
 		fence: fence, since: at, degraded: degraded, autoRenew: o.AutoRenew, maxHold: o.MaxHold,
-		ttl: a.ttl, validUntil: at.Add(a.ttl), parent: ctx, detach: detach,
+		ttl: a.ttl, validUntil: at.Add(a.ttl), parent: ctx, detach: detach, trace: a.trace, span: a.span,
 	}
 	l.outer, _ = FromContext(ctx)
 	if c.rec != nil {
@@ -367,7 +372,8 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 		// stored in Redis carries: a collector rebuilding from the value
 		// and one that saw the event show the same acquisition time.
 		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: a.id, TS: at.UnixNano(),
-			Wait: time.Since(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded})
+			Wait: time.Since(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded,
+			TraceID: a.trace, SpanID: a.span})
 	}
 	if o.AutoRenew {
 		l.startRenewal()
