@@ -43,6 +43,12 @@ func ruleClass(key string, rules []classRule) (string, bool) {
 	return "", false
 }
 
+// DefaultClass returns the class the collector derives for key when no
+// --class rule matches it and the class limit is not reached (see
+// appendDefaultClass): what a client that knows no rules can name, as
+// extra/otel does in its spans.
+func DefaultClass(key string) string { return string(appendDefaultClass(nil, key)) }
+
 // appendDefaultClass appends the default class of key: the key split into
 // segments on ':' and '/', each segment split further on '-', '_' and '.',
 // with every part that looks like an identifier replaced by '*' (see

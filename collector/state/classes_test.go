@@ -40,6 +40,9 @@ func TestDefaultClass(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("defaultClass(%q) = %q, want %q", tc.key, got, tc.want)
 		}
+		if got := DefaultClass(tc.key); got != tc.want {
+			t.Errorf("DefaultClass(%q) = %q, want %q", tc.key, got, tc.want)
+		}
 	}
 	got := string(appendDefaultClass(nil, long))
 	if len(got) > maxClassLen || !strings.HasSuffix(got, "*") || !strings.HasPrefix(got, "segment:segment:") {
