@@ -1,6 +1,8 @@
 package promexport
 
 import (
+	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockscope/lockscope/collector/state"
@@ -19,7 +21,9 @@ const namespace = "lockscope"
 
 // durationBuckets are the classic buckets of the wait and hold histograms:
 // 1 ms to 5 min. Native histogram buckets are kept alongside.
-var durationBuckets = []float64{
+var durationBuckets = durationBounds[:]
+
+var durationBounds = [...]float64{
 	.001, .0025, .005, .01, .025, .05, .1, .25, .5,
 	1, 2.5, 5, 10, 30, 60, 120, 300,
 }
@@ -57,8 +61,51 @@ type Metrics struct {
 
 	state *stateCollector
 	hot   *hotKeyCollector
+
+	now func() time.Time // paces the exemplars (exemplarEvery)
 }
 
+// exemplarLabel names the trace id in the exemplars of the wait and hold
+// histograms: the label Grafana's exemplar links read by default.
+const exemplarLabel = "trace_id"
+
+// exemplarEvery is how often a bucket of a wait or hold histogram takes a
+// new exemplar at most. A bucket shows one exemplar, the latest, and a
+// scrape every few seconds reads it: replacing it for every traced call of
+// a busy class (an exemplar costs some ten allocations) would keep none
+// more. The first traced observation of a quiet bucket (a rare long wait)
+// always gets in.
+const exemplarEvery = time.Second
+
+// exemplars observes the waits or holds of traced calls of one class: with
+// their trace id as the exemplar (shown in the OpenMetrics exposition, kept
+// by a Prometheus with exemplar storage) when the bucket has had none for
+// exemplarEvery, plainly otherwise. The state calls it only for traced
+// observations, so the untraced ones cost what they did.
+type exemplars struct {
+	h    prometheus.Observer
+	x    prometheus.ExemplarObserver
+	now  func() time.Time
+	last *[len(durationBounds) + 1]atomic.Int64 // per bucket: unix ns of its newest exemplar
+}
+
+func (m *Metrics) exemplars(h prometheus.Observer) exemplars {
+	return exemplars{h: h, x: h.(prometheus.ExemplarObserver), now: m.now, last: new([len(durationBounds) + 1]atomic.Int64)}
+}
+
+func (e exemplars) ObserveTraced(v float64, trace event.TraceID) {
+	b := &e.last[sort.SearchFloat64s(durationBuckets, v)] // the bucket v is counted in (le)
+	now := e.now().UnixNano()
+	if last := b.Load(); now-last < int64(exemplarEvery) || !b.CompareAndSwap(last, now) {
+		e.h.Observe(v)
+		return
+	}
+	e.x.ObserveWithExemplar(v, prometheus.Labels{exemplarLabel: trace.String()})
+}
+
+// durationHistogram returns a histogram of the wait or hold by class;
+// observations of traced calls carry their trace id as an exemplar (see
+// exemplars).
 func durationHistogram(name, help string) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace:                       namespace,
@@ -82,6 +129,7 @@ func New() *Metrics {
 		return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
 	}
 	m := &Metrics{
+		now:          time.Now,
 		acquisitions: counter("acquisitions_total", "Locks obtained.", "class"),
 		contentions: counter("contentions_total",
 			"Acquisitions that needed more than one attempt, plus single tries refused because the lock was held.", "class"),
@@ -168,11 +216,14 @@ func (m *Metrics) Totals() state.Totals {
 
 // Class resolves one class's children (see state.Metrics).
 func (m *Metrics) Class(class string) state.ClassMetrics {
+	wait, hold := m.wait.WithLabelValues(class), m.hold.WithLabelValues(class)
 	c := state.ClassMetrics{
 		Acquisitions:    m.acquisitions.WithLabelValues(class),
 		Contentions:     m.contentions.WithLabelValues(class),
-		Wait:            m.wait.WithLabelValues(class),
-		Hold:            m.hold.WithLabelValues(class),
+		Wait:            wait,
+		Hold:            hold,
+		WaitTraced:      m.exemplars(wait),
+		HoldTraced:      m.exemplars(hold),
 		Expirations:     m.expirations.WithLabelValues(class),
 		RenewalFailures: m.renewalFailures.WithLabelValues(class),
 		Forced:          m.forced.WithLabelValues(class),

@@ -64,8 +64,20 @@ func benchWorkload(n, keys int) []event.Event {
 // BenchmarkApply measures aggregation per event (metrics included) on a
 // realistic mix over 10 000 keys, in batches as the ingest loop applies
 // them, with Tick every 100 ms of event time.
-func BenchmarkApply(b *testing.B) {
+func BenchmarkApply(b *testing.B) { benchmarkApply(b, benchWorkload(1<<16, 10_000)) }
+
+// BenchmarkApplyTraced is BenchmarkApply with every call traced: each
+// event carries a trace id, each wait and hold becomes an exemplar.
+func BenchmarkApplyTraced(b *testing.B) {
 	evs := benchWorkload(1<<16, 10_000)
+	for i := range evs {
+		evs[i].TraceID = event.TraceID{0: 1, 8: byte(i >> 8), 15: byte(i)}
+		evs[i].SpanID = event.SpanID{0: 2, 7: byte(i)}
+	}
+	benchmarkApply(b, evs)
+}
+
+func benchmarkApply(b *testing.B, evs []event.Event) {
 	a, clk := newBenchAggregator(state.Config{})
 	const batch = 256
 	// Warm up: every key and class exists, the rings have grown.

@@ -72,7 +72,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	lease := leaseOf(k, e.Lease)
 	r := &a.recBufs[0]
 	*r = record{ts: ts, typ: e.Type, owner: ownerRef, lease: ref{s: lease}, fence: e.Fence,
-		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30))}
+		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30)), trace: e.TraceID}
 	a.rec, a.recKey = r, k
 	if e.Degraded {
 		r.flags |= recDegraded
@@ -105,7 +105,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			// It stays out of wait histograms and contention ratios.
 			a.cur.passive++
 		} else {
-			a.waitLocked(k, wait, now)
+			a.waitLocked(k, wait, now, e.TraceID)
 		}
 		a.observe(k, obsAcq, now, 0)
 		a.hot.record(k.key, k.hash, c.name, contended, wait, true)
@@ -124,7 +124,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			unlink(k)
 			sh.held.pushFront(k)
 		}
-		k.owner, k.lease, k.since, k.ttl, k.fence = owner, lease, ts, max(e.TTL, 0), e.Fence
+		k.owner, k.lease, k.since, k.ttl, k.fence, k.trace = owner, lease, ts, max(e.TTL, 0), e.Fence, e.TraceID
 		k.expiresAt = 0
 		if k.ttl > 0 {
 			k.expiresAt = ts + int64(k.ttl)
@@ -147,7 +147,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			a.contendedLocked(k)
 			a.cur.refused++
 		}
-		a.waitLocked(k, wait, now)
+		a.waitLocked(k, wait, now, e.TraceID)
 		a.hot.record(k.key, k.hash, c.name, reason == reasonHeld, wait, false)
 
 	case event.Released:
@@ -157,11 +157,11 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			break
 		}
 		c.m.Releases[0].Inc()
-		a.endEventLocked(sh, k, lease, owner, ts, hold, endReleased)
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endReleased, e.TraceID)
 
 	case event.Lost:
 		r.d = int64(hold)
-		a.endEventLocked(sh, k, lease, owner, ts, hold, endLost)
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endLost, e.TraceID)
 
 	case event.Forced:
 		r.d = int64(hold)
@@ -174,11 +174,11 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		}
 		a.forced.add(ForcedRelease{Key: k.key, Class: c.name, Owner: owner, By: r.who.s, Reason: r.reason.s,
 			At: time.Unix(0, ts), Held: held})
-		a.endEventLocked(sh, k, lease, owner, ts, hold, endForced)
+		a.endEventLocked(sh, k, lease, owner, ts, hold, endForced, event.TraceID{}) // the operator's trace, not the hold's
 
 	case event.Expired:
 		r.d = int64(hold)
-		a.expiredEventLocked(sh, k, lease, owner, ts, hold, e.Passive)
+		a.expiredEventLocked(sh, k, lease, owner, ts, hold, e.Passive, e.TraceID)
 
 	case event.Renewed:
 		r.d = int64(max(e.TTL, 0))
@@ -209,16 +209,26 @@ func (a *Aggregator) contendedLocked(k *keyState) {
 	a.cur.contentions++
 }
 
-func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64) {
+// waitLocked counts one wait, of the trace tr (zero: none).
+func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64, tr event.TraceID) {
 	c := k.class
-	c.m.Wait.Observe(wait.Seconds())
+	if tr.IsValid() {
+		c.m.WaitTraced.ObserveTraced(wait.Seconds(), tr)
+	} else {
+		c.m.Wait.Observe(wait.Seconds())
+	}
 	a.cur.wait.add(wait)
 	k.waitTotal += int64(wait)
 	a.observe(k, obsWait, now, wait)
 }
 
-func (a *Aggregator) holdLocked(k *keyState, hold time.Duration) {
-	k.class.m.Hold.Observe(hold.Seconds())
+// holdLocked counts one hold, of the trace tr (zero: none).
+func (a *Aggregator) holdLocked(k *keyState, hold time.Duration, tr event.TraceID) {
+	if tr.IsValid() {
+		k.class.m.HoldTraced.ObserveTraced(hold.Seconds(), tr)
+	} else {
+		k.class.m.Hold.Observe(hold.Seconds())
+	}
 	a.cur.hold.add(hold)
 	k.holdTotal += int64(hold)
 	a.observe(k, obsHold, 0, hold)

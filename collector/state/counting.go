@@ -25,6 +25,14 @@ type Observer interface {
 	Observe(float64)
 }
 
+// TracedObserver takes the observations of a distribution that belong to a
+// trace (in Prometheus, with the trace id as an exemplar). An observation
+// goes to the Observer or to the TracedObserver of its distribution, never
+// to both; the state calls ObserveTraced only with a valid trace.
+type TracedObserver interface {
+	ObserveTraced(v float64, trace event.TraceID)
+}
+
 // Metrics receives the state's counts. Every field of what it returns
 // must be set.
 type Metrics interface {
@@ -54,6 +62,8 @@ type ClassMetrics struct {
 	Failures        [len(FailureReasons)]Counter  // by FailureReasons
 	Wait            Observer                      // wait of acquisitions and failed obtains
 	Hold            Observer                      // hold time, once per hold
+	WaitTraced      TracedObserver                // Wait's observations of traced calls
+	HoldTraced      TracedObserver                // Hold's observations of traced holds
 	Releases        [len(ReleaseOutcomes)]Counter // by ReleaseOutcomes
 	Expirations     Counter
 	RenewalFailures Counter
@@ -99,6 +109,8 @@ func (nop) Add(float64)     {}
 func (nop) Set(float64)     {}
 func (nop) Observe(float64) {}
 
+func (nop) ObserveTraced(float64, event.TraceID) {}
+
 var (
 	nopTotals = func() Totals {
 		t := Totals{Malformed: nop{}, Dropped: nop{}, StreamGap: nop{}, Deadlocks: nop{}, LastEvent: nop{}, Lag: nop{}, Pending: nop{}}
@@ -108,7 +120,7 @@ var (
 		return t
 	}()
 	nopClass = func() ClassMetrics {
-		c := ClassMetrics{Acquisitions: nop{}, Contentions: nop{}, Wait: nop{}, Hold: nop{}, Expirations: nop{},
+		c := ClassMetrics{Acquisitions: nop{}, Contentions: nop{}, Wait: nop{}, Hold: nop{}, WaitTraced: nop{}, HoldTraced: nop{}, Expirations: nop{},
 			RenewalFailures: nop{}, Forced: nop{}, Handoffs: nop{}}
 		for i := range c.Failures {
 			c.Failures[i] = nop{}

@@ -105,7 +105,7 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 	}
 	r := &a.recBufs[1]
 	*r = record{ts: at, typ: event.Expired, owner: a.internLocked(k.owner), lease: ref{s: k.lease}, d: int64(hold),
-		reason: a.internLocked(reason)}
+		reason: a.internLocked(reason), trace: k.trace}
 	a.rec, a.recKey = r, k
 	a.endHoldLocked(sh, k, endExpired, hold)
 	a.pushLocked(k, r)
@@ -120,9 +120,12 @@ func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at 
 }
 
 // expiredEventLocked applies an expired event from an emitter or watcher.
-func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, passive bool) {
+func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, passive bool, tr event.TraceID) {
 	switch {
 	case k.matches(lease, owner):
+		if !k.trace.IsValid() {
+			k.trace = tr
+		}
 		if hold == 0 {
 			hold = time.Duration(ts - k.since)
 		}
@@ -136,7 +139,7 @@ func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner str
 	case lease != "" || k.lease == "":
 		// A hold we never tracked: count it, once.
 		a.countExpirationLocked(k, owner, lease, ts, hold, passive)
-		a.holdLocked(k, hold)
+		a.holdLocked(k, hold, tr)
 	}
 }
 

@@ -41,13 +41,20 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 // for the tests to read: the Prometheus export is tested in its own
 // package.
 type tally struct {
-	mu   sync.Mutex
-	vals map[string]float64 // "metric{class}" -> value
-	obs  map[string]int     // "metric{class}" -> observations made
+	mu     sync.Mutex
+	vals   map[string]float64 // "metric{class}" -> value
+	obs    map[string]int     // "metric{class}" -> observations made
+	traces map[string][]traced
+}
+
+// traced is an observation of a traced call.
+type traced struct {
+	v     float64
+	trace event.TraceID
 }
 
 func newTally() *tally {
-	return &tally{vals: make(map[string]float64), obs: make(map[string]int)}
+	return &tally{vals: make(map[string]float64), obs: make(map[string]int), traces: make(map[string][]traced)}
 }
 
 // tallyOf returns the tally a counts into.
@@ -68,6 +75,14 @@ func (c tallied) Observe(v float64) {
 	c.t.mu.Unlock()
 }
 
+// ObserveTraced counts as Observe does and keeps the trace.
+func (c tallied) ObserveTraced(v float64, trace event.TraceID) {
+	c.Observe(v)
+	c.t.mu.Lock()
+	c.t.traces[c.name] = append(c.t.traces[c.name], traced{v, trace})
+	c.t.mu.Unlock()
+}
+
 func series(metric, class string) string { return metric + "{" + class + "}" }
 
 func (t *tally) Totals() Totals {
@@ -83,6 +98,7 @@ func (t *tally) Totals() Totals {
 func (t *tally) Class(name string) ClassMetrics {
 	c := func(metric string) tallied { return tallied{t, series(metric, name)} }
 	m := ClassMetrics{Acquisitions: c("acquisitions"), Contentions: c("contentions"), Wait: c("wait"), Hold: c("hold"),
+		WaitTraced: c("wait"), HoldTraced: c("hold"),
 		Expirations: c("expirations"), RenewalFailures: c("renewal_failures"), Forced: c("forced"), Handoffs: c("handoffs")}
 	for i, r := range FailureReasons {
 		m.Failures[i] = c("failures_" + r)
@@ -99,6 +115,13 @@ func (t *tally) get(metric, class string) float64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.vals[series(metric, class)]
+}
+
+// tracedObs returns the observations of metric class made with a trace.
+func (t *tally) tracedObs(metric, class string) []traced {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]traced(nil), t.traces[series(metric, class)]...)
 }
 
 // observed returns how many observations of metric class made.

@@ -23,6 +23,8 @@ type pendingHold struct {
 	since, expires int64
 	counted        bool // revived before it was superseded (keyState.revived)
 	next           *pendingHold
+	// trace is the hold's, if known.
+	trace event.TraceID
 }
 
 // maxPending bounds the pending holds of one key: parking one more decides
@@ -66,10 +68,14 @@ func lostSlack(ttl time.Duration) int64 {
 
 // endEventLocked applies a released, lost or forced event: it ends the hold
 // it refers to, once. A lost event at or after the hold's expiry means the
-// TTL lapsed while held: it counts as an expiration.
-func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, how uint8) {
+// TTL lapsed while held: it counts as an expiration. tr is the event's
+// trace: the hold's when the hold's own trace is not known.
+func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, how uint8, tr event.TraceID) {
 	switch {
 	case k.matches(lease, owner):
+		if !k.trace.IsValid() {
+			k.trace = tr
+		}
 		if hold == 0 {
 			hold = time.Duration(ts - k.since)
 		}
@@ -88,14 +94,17 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 			hold = time.Duration(max(ts-p.since, 0))
 		}
 		counted := p.counted
+		if p.trace.IsValid() {
+			tr = p.trace
+		}
 		a.resolvePendingLocked(k, p, false, false)
 		if !counted {
-			a.holdLocked(k, hold)
+			a.holdLocked(k, hold, tr)
 		}
 	case !k.endedAlready(lease, owner):
 		// A hold we never saw begin (collector started mid-hold, or its
 		// start was superseded): its own figure is all there is.
-		a.holdLocked(k, hold)
+		a.holdLocked(k, hold, tr)
 	}
 }
 
@@ -110,7 +119,7 @@ func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.
 		k.revived = false // its hold time was observed when it was declared expired
 		return
 	}
-	a.holdLocked(k, hold)
+	a.holdLocked(k, hold, k.trace)
 }
 
 // supersedeLocked handles an acquisition by another lease while k is still
@@ -123,7 +132,7 @@ func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {
-		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived})
+		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived, trace: k.trace})
 	}
 	k.revived = false
 }
@@ -189,7 +198,7 @@ func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, 
 	p.next = nil
 	if expired && !p.counted {
 		a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
-		a.holdLocked(k, time.Duration(p.expires-p.since))
+		a.holdLocked(k, time.Duration(p.expires-p.since), p.trace)
 	}
 	if k.pend == nil {
 		if i := slices.Index(a.pendingKeys, k); i >= 0 {
@@ -211,6 +220,9 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 	}
 	switch {
 	case k.matches(lease, owner):
+		if !k.trace.IsValid() {
+			k.trace = e.TraceID
+		}
 		setTTL()
 	case k.prevOf(lease, owner) != nil:
 		// A late renewal of a superseded hold. If it ran past the start of
@@ -239,7 +251,7 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 		sh.held.pushFront(k)
 		k.ended = endNone
 		if !resumed {
-			k.owner, k.lease, k.since, k.fence = owner, lease, ts, e.Fence
+			k.owner, k.lease, k.since, k.fence, k.trace = owner, lease, ts, e.Fence, e.TraceID
 		}
 		setTTL()
 	}

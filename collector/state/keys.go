@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/lockscope/lockscope/event"
 )
 
 // How a key's last hold ended (keyState.ended).
@@ -24,7 +26,7 @@ const (
 // zeroed and reused (see shard.release and shard.alloc).
 type keyState struct {
 	// What a Locks scan reads comes first, in the first 80 bytes: a scan
-	// streams through the slab reading two cache lines of each key's 248
+	// streams through the slab reading two cache lines of each key's 264
 	// bytes, and the key's own bytes only to search.
 	key         string
 	kp          prefix // the key's first 16 bytes (see keyPrefix)
@@ -57,6 +59,9 @@ type keyState struct {
 	ttl       time.Duration
 	fence     int64
 	expSeq    uint64 // sequence of this key's last entry in the expirations ring
+	// trace is the hold's: the trace of the call that obtained it (or,
+	// unknown that, of its first traced event).
+	trace event.TraceID
 
 	pend *pendingHold // superseded holds awaiting their verdict, newest parked first; rarely set
 

@@ -33,7 +33,7 @@ func infoLocked(k *keyState, now, clock int64, w *waits) LockInfo {
 		Key: k.key, Class: k.class.name, Held: k.held, Owner: k.owner, Lease: k.lease,
 		TTL: k.ttl, Fence: k.fence, Degraded: k.degraded, Passive: k.passive,
 		Acquisitions: k.acquisitions, Contentions: k.contentions, Failures: k.failures,
-		WaitTotal: time.Duration(k.waitTotal), HoldTotal: time.Duration(k.holdTotal),
+		WaitTotal: time.Duration(k.waitTotal), HoldTotal: time.Duration(k.holdTotal), Trace: k.trace,
 	}
 	if k.lastEvent > 0 {
 		li.LastEvent = time.Unix(0, k.lastEvent)
@@ -517,7 +517,8 @@ func (a *Aggregator) Blocking() Blocking {
 		h := byKey[x.key]
 		if h == nil {
 			hd := g.hold[i]
-			h = &BlockingHolder{Key: x.key, Class: x.class, Owner: hd.owner, Lease: hd.lease, Waiting: hd.held && waitsToo[hd.lease]}
+			h = &BlockingHolder{Key: x.key, Class: x.class, Owner: hd.owner, Lease: hd.lease, Trace: hd.trace,
+				Waiting: hd.held && waitsToo[hd.lease]}
 			if !hd.held {
 				h.Owner = x.holder
 			} else {
@@ -551,10 +552,12 @@ func (a *Aggregator) Blocking() Blocking {
 		path := g.chain(i)
 		var c Chain
 		for _, j := range path {
-			c.Links = append(c.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key, Since: time.Unix(0, ws[j].since)})
+			c.Links = append(c.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key,
+				Since: time.Unix(0, ws[j].since), Trace: ws[j].trace})
 		}
 		if last := path[len(path)-1]; g.next[last] < 0 && g.hold[last].held {
-			c.Links = append(c.Links, ChainLink{Owner: g.hold[last].owner, Lease: g.hold[last].lease, Since: time.Unix(0, g.hold[last].since)})
+			hd := g.hold[last]
+			c.Links = append(c.Links, ChainLink{Owner: hd.owner, Lease: hd.lease, Since: time.Unix(0, hd.since), Trace: hd.trace})
 		} else if g.next[last] >= 0 {
 			c.Cycle = true
 		}
@@ -566,7 +569,8 @@ func (a *Aggregator) Blocking() Blocking {
 		b.Cycles = append(b.Cycles, g.cycleOf(c))
 		ch := Chain{Cycle: true}
 		for _, j := range c {
-			ch.Links = append(ch.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key, Since: time.Unix(0, ws[j].since)})
+			ch.Links = append(ch.Links, ChainLink{Owner: ws[j].owner, Lease: ws[j].lease, WaitsFor: ws[j].key,
+				Since: time.Unix(0, ws[j].since), Trace: ws[j].trace})
 		}
 		b.Chains = append(b.Chains, ch)
 	}
@@ -574,15 +578,15 @@ func (a *Aggregator) Blocking() Blocking {
 }
 
 // holderOf returns key's current holder.
-func (a *Aggregator) holderOf(key string) (lease, owner string, since int64, ok bool) {
+func (a *Aggregator) holderOf(key string) holding {
 	sh, h := a.keys.find(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	k := sh.get(h, key)
 	if k == nil || !k.held {
-		return "", "", 0, false
+		return holding{}
 	}
-	return k.lease, k.owner, k.since, true
+	return holding{lease: k.lease, owner: k.owner, since: k.since, held: true, trace: k.trace}
 }
 
 // ClassGauge is one class's figures now, as the gauges of the Prometheus

@@ -78,6 +78,10 @@ type LockInfo struct {
 	WaitTotal    time.Duration
 	HoldTotal    time.Duration
 	LastEvent    time.Time
+
+	// Trace is the trace of the call that obtained the current (or last)
+	// hold; zero if none.
+	Trace event.TraceID
 }
 
 // NoExpiry reports a held lock without a TTL (a watched key holding a known
@@ -168,6 +172,8 @@ type Waiter struct {
 	Since    time.Time // when its wait began
 	Deadline time.Time // when it gives up (or is dropped, without a deadline of its own)
 	Holds    []string  // leases it holds while it waits
+
+	Trace event.TraceID // the waiting call's trace; zero if none
 }
 
 // Blocking is who blocks whom now.
@@ -186,6 +192,8 @@ type BlockingHolder struct {
 	Waiters                  int
 	WaitSeconds              float64 // summed over its waiters, now
 	Waiting                  bool    // the holder itself waits for another lock
+
+	Trace event.TraceID // the hold's trace; zero if none or unknown
 }
 
 // Chain is a waiting chain: each link waits for the lock held by the next;
@@ -201,6 +209,8 @@ type ChainLink struct {
 	Lease    string
 	WaitsFor string // key; "" for the final holder
 	Since    time.Time
+
+	Trace event.TraceID // the waiting call's (the final holder's: its hold's); zero if none
 }
 
 // Cycle is a deadlock: each member waits for the key the next holds.
@@ -216,6 +226,8 @@ type CycleMember struct {
 	WaitsFor string    // the key it waits for
 	Holds    string    // the key of the cycle it holds
 	Since    time.Time // when it began to wait
+
+	Trace event.TraceID // the waiting call's trace; zero if none
 }
 
 // Expiration is a lock whose TTL lapsed while held.

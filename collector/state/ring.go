@@ -11,7 +11,8 @@ import (
 
 // A key's recent events are kept as one byte slice of varint-encoded
 // records, oldest first, grown on demand: about 30 bytes per event where an
-// event.Event is 168 and a struct of its fields with string headers 104.
+// event.Event is 168 and a struct of its fields with string headers 104
+// (16 more for an event with a trace id: the one optional field kept).
 // Owners, reasons and holders are stored as ids of the aggregator's intern
 // table (two bytes), lease ids inline.
 //
@@ -23,7 +24,9 @@ import (
 // observe). A key seen a few times, the bulk of a stream of distinct keys,
 // never allocates one.
 
-// record is one event of a key's ring, decoded.
+// record is one event of a key's ring, decoded. A record of a traced event
+// carries its trace id in 16 more bytes (recTrace); the span id is not
+// kept.
 type record struct {
 	ts       int64
 	at       int64 // collector clock when applied: set with obsWait or obsAcq
@@ -39,6 +42,7 @@ type record struct {
 	lease    ref
 	reason   ref
 	who      ref // failed: the holder; forced: the operator
+	trace    event.TraceID
 }
 
 // ref is a string of a record: an intern table id, or the string itself.
@@ -50,6 +54,7 @@ type ref struct {
 const (
 	recDegraded = 1 << iota
 	recPassive
+	recTrace // the trace id follows the header
 )
 
 const (
@@ -63,6 +68,7 @@ func (r *record) event(key string, tab *internTab) event.Event {
 	e := event.Event{
 		Type: r.typ, Key: key, Owner: tab.str(r.owner), Lease: r.lease.s, TS: r.ts, Attempts: int(r.attempts),
 		Fence: r.fence, Reason: tab.str(r.reason), Degraded: r.flags&recDegraded != 0, Passive: r.flags&recPassive != 0,
+		TraceID: r.trace,
 	}
 	d := time.Duration(r.d)
 	switch r.typ {
@@ -101,7 +107,12 @@ func (r *record) replay(s *keyStats) {
 
 // appendRecord encodes r, its timestamp relative to base.
 func appendRecord(b []byte, r *record, base int64) []byte {
-	b = append(b, byte(r.typ), r.flags, r.obs)
+	if r.trace.IsValid() {
+		b = append(b, byte(r.typ), r.flags|recTrace, r.obs)
+		b = append(b, r.trace[:]...)
+	} else {
+		b = append(b, byte(r.typ), r.flags&^recTrace, r.obs)
+	}
 	b = binary.AppendVarint(b, r.ts-base)
 	if r.obs&(obsWait|obsAcq) != 0 {
 		b = binary.AppendVarint(b, r.at-r.ts)
@@ -128,7 +139,7 @@ func appendRecord(b []byte, r *record, base int64) []byte {
 
 // maxRecordLen bounds the length of r encoded.
 func maxRecordLen(r *record) int {
-	const fixed = 3 + 7*binary.MaxVarintLen64 + 4*binary.MaxVarintLen32
+	const fixed = 3 + len(event.TraceID{}) + 7*binary.MaxVarintLen64 + 4*binary.MaxVarintLen32
 	n := fixed
 	for _, s := range [...]*ref{&r.owner, &r.lease, &r.reason, &r.who} {
 		if s.id == 0 {
@@ -142,8 +153,12 @@ func maxRecordLen(r *record) int {
 // length. Inline strings are copied only if strs is set. b was written by
 // appendRecord, so it is not checked.
 func decodeRecord(b []byte, base int64, r *record, strs bool) int {
-	r.typ, r.flags, r.obs = event.Type(b[0]), b[1], b[2]
+	r.typ, r.flags, r.obs = event.Type(b[0]), b[1]&^recTrace, b[2]
 	i := 3
+	r.trace = event.TraceID{}
+	if b[1]&recTrace != 0 {
+		i += copy(r.trace[:], b[i:])
+	}
 	var v int64
 	v, i = varintAt(b, i)
 	r.ts = base + v
@@ -190,6 +205,10 @@ func varintAt(b []byte, i int) (int64, int) {
 func skipRecord(b []byte) (int, uint8) {
 	typ, obs := event.Type(b[0]), b[2]
 	varints := 4 // ts, d, attempts, fence
+	i := 3
+	if b[1]&recTrace != 0 {
+		i += len(event.TraceID{})
+	}
 	if obs&(obsWait|obsAcq) != 0 {
 		varints++
 	}
@@ -199,7 +218,6 @@ func skipRecord(b []byte) (int, uint8) {
 	if typ == event.Acquired {
 		varints++
 	}
-	i := 3
 	for ; varints > 0; i++ {
 		if b[i] < 0x80 {
 			varints--

@@ -24,6 +24,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			if typ == event.Acquired {
 				r.ttlMS = 1<<31 - 1
 			}
+			if j%2 == 0 {
+				r.trace = event.TraceID{0: byte(i + 1), 15: byte(j)}
+			}
 			switch j % 3 {
 			case 1:
 				r.obs, r.at = obsWait|obsAcq, r.ts+int64(j)*1e6

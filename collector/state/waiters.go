@@ -70,6 +70,7 @@ type waiter struct {
 	key, class, owner, lease, holder string
 	since, deadline                  int64 // event clock, unix ns
 	held                             []string
+	trace                            event.TraceID // of the waiting call
 }
 
 // waits is the live waiters. Its mutex is a leaf: held briefly, never while
@@ -103,7 +104,7 @@ func (w *waits) add(e *event.Event, class string, ts int64) {
 		held[i] = strings.Clone(held[i])
 	}
 	x := &waiter{key: strings.Clone(e.Key), class: class, owner: strings.Clone(e.Owner), lease: strings.Clone(e.Lease),
-		holder: strings.Clone(e.Holder), since: ts, deadline: ts + int64(bound), held: held}
+		holder: strings.Clone(e.Holder), since: ts, deadline: ts + int64(bound), held: held, trace: e.TraceID}
 	w.byLease[x.lease] = x
 	w.byKey[x.key] = append(w.byKey[x.key], x)
 }
@@ -197,9 +198,9 @@ func (w *waits) keyWaiters(key string) []waiter {
 	return out
 }
 
-// holderOf returns the current holder lease and owner of a key; ok false
-// when the key is not held.
-type holderOf func(key string) (lease, owner string, since int64, ok bool)
+// holderOf returns the current holder of a key (held false when the key is
+// not held).
+type holderOf func(key string) holding
 
 // graph is the wait-for graph over a snapshot of the waiters.
 type graph struct {
@@ -213,6 +214,7 @@ type holding struct {
 	lease, owner string
 	since        int64
 	held         bool
+	trace        event.TraceID // of the hold
 }
 
 func buildGraph(ws []waiter, holder holderOf) graph {
@@ -225,12 +227,11 @@ func buildGraph(ws []waiter, holder holderOf) graph {
 	}
 	for i, x := range ws {
 		g.next[i] = -1
-		lease, owner, since, ok := holder(x.key)
-		g.hold[i] = holding{lease: lease, owner: owner, since: since, held: ok}
-		if !ok {
+		g.hold[i] = holder(x.key)
+		if !g.hold[i].held {
 			continue
 		}
-		if j, waits := heldBy[lease]; waits {
+		if j, waits := heldBy[g.hold[i].lease]; waits {
 			g.next[i] = j
 		}
 	}
@@ -282,7 +283,7 @@ func (g graph) cycleOf(c []int) Cycle {
 		x := g.ws[i]
 		prev := g.ws[c[(k+len(c)-1)%len(c)]] // waits on the key this member holds
 		cy.Members = append(cy.Members, CycleMember{Owner: x.owner, Lease: x.lease, WaitsFor: x.key,
-			Holds: prev.key, Since: time.Unix(0, x.since)})
+			Holds: prev.key, Since: time.Unix(0, x.since), Trace: x.trace})
 	}
 	ids := make([]string, len(c))
 	for i, m := range cy.Members {
@@ -294,7 +295,7 @@ func (g graph) cycleOf(c []int) Cycle {
 
 func (x waiter) export() Waiter {
 	return Waiter{Key: x.key, Class: x.class, Owner: x.owner, Lease: x.lease, Holder: x.holder,
-		Since: time.Unix(0, x.since), Deadline: time.Unix(0, x.deadline), Holds: slices.Clone(x.held)}
+		Since: time.Unix(0, x.since), Deadline: time.Unix(0, x.deadline), Holds: slices.Clone(x.held), Trace: x.trace}
 }
 
 // scanWaits drops waiters past their deadline and updates the deadlock

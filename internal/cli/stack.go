@@ -206,6 +206,10 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	if len(allowedHosts) == 0 {
 		allowedHosts = dashboard.DefaultAllowedHosts(cfg.http.listen)
 	}
+	// OpenMetrics when the scraper asks for it (Prometheus does): the only
+	// text format that carries the wait and hold histograms' exemplars.
+	exposition := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
 	h, err := dashboard.New(agg, rel, &dashboard.Options{
 		Username:           user,
 		Password:           cfg.http.password,
@@ -217,7 +221,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		AllowedHosts:       allowedHosts,
 		AuthFailures:       authFailures.Inc,
 		Ping:               func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
-		Metrics:            promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}),
+		Metrics:            exposition,
 		Logger:             log,
 	})
 	if err != nil {
