@@ -66,6 +66,7 @@ type target struct {
 	RefID      string      `json:"refId"`
 	Expr       string      `json:"expr"`
 	Datasource *datasource `json:"datasource"`
+	Exemplar   bool        `json:"exemplar"`
 }
 
 type datasource struct {
@@ -228,6 +229,43 @@ func TestDashboardQueriesFollowClassVariable(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestExemplarsOnWaitAndHold checks that Grafana asks for the exemplars
+// of the wait and hold histograms (each traced call's trace_id, see
+// collector/promexport) on their p99 queries, once per panel, and nowhere
+// else: an exemplar query on another metric finds none, and one on both of
+// a panel's quantiles draws every dot twice.
+func TestExemplarsOnWaitAndHold(t *testing.T) {
+	want := map[string]bool{"lockscope_wait_seconds_bucket": false, "lockscope_hold_seconds_bucket": false}
+	for _, d := range loadDashboards(t) {
+		for _, p := range d.allPanels() {
+			for _, tg := range p.Targets {
+				if !tg.Exemplar {
+					continue
+				}
+				metric := ""
+				for m := range want {
+					if strings.Contains(tg.Expr, m+"{") && strings.HasPrefix(tg.Expr, "histogram_quantile(0.99,") {
+						metric = m
+					}
+				}
+				switch {
+				case metric == "":
+					t.Errorf("%s: panel %q asks for exemplars of %q, want them only on the wait and hold p99", d.path, p.Title, tg.Expr)
+				case want[metric]:
+					t.Errorf("%s: exemplars of %s asked for twice (panel %q)", d.path, metric, p.Title)
+				default:
+					want[metric] = true
+				}
+			}
+		}
+	}
+	for m, found := range want {
+		if !found {
+			t.Errorf("no panel shows the exemplars of %s", m)
 		}
 	}
 }
