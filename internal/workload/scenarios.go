@@ -342,7 +342,7 @@ func (s *Simulator) deadlock(ctx context.Context) {
 		for _, p := range [][3]string{{"payments-api/pod-2", ledger, account}, {"ledger-sync/pod-1", account, ledger}} {
 			done.Go(func() {
 				s.attempts.Add(1)
-				err := s.c.Do(ctx, p[1], s.scaled(30*time.Second), &lock.ObtainOptions{Owner: p[0]}, func(lctx context.Context) error {
+				err := s.c.Do(inSpan(ctx), p[1], s.scaled(30*time.Second), &lock.ObtainOptions{Owner: p[0]}, func(lctx context.Context) error {
 					s.acquired.Add(1)
 					ready.Done()
 					select {

@@ -146,14 +146,14 @@ func New(rdb redis.UniversalClient, rec lock.Recorder, opt *Options) (*Simulator
 	if seed == 0 {
 		seed = rand.Uint64()
 	}
-	s := &Simulator{c: lock.New(rdb, &lock.Options{Recorder: rec}), opt: o, log: o.Logger, seed: seed}
+	s := &Simulator{c: lock.New(rdb, &lock.Options{Recorder: rec, TraceContext: traceContext}), opt: o, log: o.Logger, seed: seed}
 	if slices.Contains(o.Scenarios, Pause) {
 		s.stall = &stall{}
 		p := stalled(rdb, s.stall)
 		if p != rdb {
 			s.pdb = p // ours to close
 		}
-		s.pc = lock.New(p, &lock.Options{Recorder: rec})
+		s.pc = lock.New(p, &lock.Options{Recorder: rec, TraceContext: traceContext})
 	}
 	return s, nil
 }
@@ -260,6 +260,7 @@ func (s *Simulator) try(ctx context.Context, key string, ttl time.Duration, opt 
 
 func (s *Simulator) tryWith(c *lock.Client, ctx context.Context, key string, ttl time.Duration, opt *lock.ObtainOptions) *lock.Lease {
 	s.attempts.Add(1)
+	ctx = inSpan(ctx)
 	l, _, err := c.Try(ctx, key, ttl, opt)
 	s.count(ctx, "try", key, err)
 	return l
@@ -268,6 +269,7 @@ func (s *Simulator) tryWith(c *lock.Client, ctx context.Context, key string, ttl
 // obtain waits for the lock until ctx ends and counts the outcome.
 func (s *Simulator) obtain(ctx context.Context, key string, ttl time.Duration, opt *lock.ObtainOptions) *lock.Lease {
 	s.attempts.Add(1)
+	ctx = inSpan(ctx)
 	l, err := s.c.Obtain(ctx, key, ttl, opt)
 	s.count(ctx, "obtain", key, err)
 	return l

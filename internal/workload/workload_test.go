@@ -81,7 +81,46 @@ func simulate(t *testing.T, opt Options) (Stats, *recorder, string) {
 	if got := count(rec.events(opt.KeyPrefix), event.Acquired, ""); int64(got) != st.Acquired {
 		t.Errorf("%d acquired events, want Stats().Acquired = %d", got, st.Acquired)
 	}
+	checkTraces(t, rec.events(opt.KeyPrefix))
 	return st, rec, opt.KeyPrefix
+}
+
+// checkTraces checks the simulated work runs inside spans: every event
+// carries a trace and a span id, one lease's events (its wait, its hold)
+// one trace, and separate requests separate traces: acquisitions share one
+// only when made inside another's hold (the deadlock's second lock, whose
+// waiting event lists the lease it holds).
+func checkTraces(t *testing.T, evs []event.Event) {
+	t.Helper()
+	byLease := map[string]event.TraceID{}
+	nested := map[string]bool{}
+	for _, e := range evs {
+		if e.Type == event.Waiting && len(e.HeldLeases()) > 0 {
+			nested[e.Lease] = true
+		}
+	}
+	traces := map[event.TraceID]bool{}
+	requests := 0
+	for _, e := range evs {
+		if !e.TraceID.IsValid() || !e.SpanID.IsValid() {
+			t.Errorf("%v event of %s on %q without a trace (%v) or span (%v)", e.Type, e.Owner, e.Key, e.TraceID, e.SpanID)
+			continue
+		}
+		if e.Type == event.Acquired && !nested[e.Lease] {
+			traces[e.TraceID] = true
+			requests++
+		}
+		if e.Lease == "" {
+			continue
+		}
+		if tr, ok := byLease[e.Lease]; ok && tr != e.TraceID {
+			t.Errorf("%v event of lease %s in trace %v, its earlier events in %v", e.Type, e.Lease, e.TraceID, tr)
+		}
+		byLease[e.Lease] = e.TraceID
+	}
+	if len(traces) != requests {
+		t.Errorf("%d traces among %d acquisitions of separate requests, want one each", len(traces), requests)
+	}
 }
 
 func TestCronRunsOnceEachTick(t *testing.T) {
@@ -435,6 +474,19 @@ func TestDeadlockFormsAndResolvesByTimeout(t *testing.T) {
 		t.Fatalf("cycles = %+v, want one of two members", cy)
 	}
 	owners := []string{cy[0].Members[0].Owner, cy[0].Members[1].Owner}
+	// Each service's wait for its second lock is in the trace of the
+	// request that holds its first.
+	for _, m := range cy[0].Members {
+		var held event.TraceID
+		for _, e := range upTo {
+			if e.Type == event.Acquired && e.Owner == m.Owner {
+				held = e.TraceID
+			}
+		}
+		if !m.Trace.IsValid() || m.Trace != held {
+			t.Errorf("%s waits in trace %v, holds in %v: want one request, one trace", m.Owner, m.Trace, held)
+		}
+	}
 	slices.Sort(owners)
 	if !slices.Equal(owners, []string{"ledger-sync/pod-1", "payments-api/pod-2"}) {
 		t.Errorf("cycle owners = %q", owners)
