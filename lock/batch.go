@@ -69,14 +69,13 @@ const (
 	callAbandoned
 )
 
-// call is one caller's request: a script (EVALSHA, falling back to EVAL),
-// or, with script nil, the command in cmd (the obtain by SET, see
-// setObtain).
+// call is one caller's request: cmd, an EVALSHA of script (falling back to
+// EVAL on NOSCRIPT), or, with script nil, a plain command (the obtain by
+// SET, see setObtain).
 type call struct {
-	script *redis.Script
-	keys   []string
-	args   []any
 	cmd    *redis.Cmd
+	script *luaScript
+	obtain *Lease    // an obtain: the hold it takes, which late releases if the caller left
 	get    bool      // the SET obtain carries GET
 	start  time.Time // when the caller queued it
 	state  atomic.Int32
@@ -121,21 +120,31 @@ func contextTimeouts(rdb redis.UniversalClient) bool {
 // run runs script and returns its command. With the context done before the
 // reply arrives it returns a command carrying the context's error; the script
 // may still run in Redis.
-func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+func (b *batcher) run(ctx context.Context, script *luaScript, keys []string, args ...any) *redis.Cmd {
+	return b.runCmd(ctx, script, script.evalSha(keys, args), nil)
+}
+
+// runCmd sends cmd, the EVALSHA of script (with script nil, any command),
+// and returns the command that carries the reply: cmd, or the EVAL that
+// replaced it after a NOSCRIPT. With the context done before the reply
+// arrives it returns a command carrying the context's error. obtain, if not
+// nil, is the hold that cmd takes: if ctx ends first and the command takes
+// the lock all the same, late releases it.
+func (b *batcher) runCmd(ctx context.Context, script *luaScript, cmd *redis.Cmd, obtain *Lease) *redis.Cmd {
 	c := callPool.Get().(*call)
-	c.script, c.keys, c.args = script, keys, args
+	c.script, c.cmd, c.obtain = script, cmd, obtain
 	if !b.exchange(ctx, c) {
 		cmd := redis.NewCmd(ctx)
 		cmd.SetErr(context.Cause(ctx))
 		return cmd // c now belongs to the flusher
 	}
-	cmd := c.cmd
+	cmd = c.cmd
 	*c = call{done: c.done}
 	callPool.Put(c)
 	return cmd
 }
 
-// setObtain takes key with a native "SET key value NX PX ttl": a command
+// setObtain takes l's key with a native "SET key value NX PX ttl": a command
 // costs Redis a fraction of an EVALSHA (see BENCHMARKS.md, issue 16). With
 // get it appends GET, which returns the value holding the key when it is
 // refused. A first attempt goes without: its success then replies OK,
@@ -146,18 +155,20 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, keys []string, 
 // go-redis retried after its first run succeeded: obtained. SET ... NX GET
 // needs Redis 7.0; an older server's syntax error comes back as
 // errSetGetUnsupported.
-func (b *batcher) setObtain(ctx context.Context, key, value string, ttlMs int64, head string, get bool) (ok bool, holder string, err error) {
-	c := callPool.Get().(*call)
-	c.keys, c.args, c.get = []string{key}, []any{head}, get
+//
+// The command's arguments are l.args, pointers to l's fields, so that
+// building it costs one allocation, the command (issue 28).
+func (b *batcher) setObtain(ctx context.Context, l *Lease, get bool) (ok bool, holder string, err error) {
+	args := l.args[:6]
 	if get {
-		c.cmd = redis.NewCmd(ctx, "set", key, value, "nx", "px", ttlMs, "get")
-	} else {
-		c.cmd = redis.NewCmd(ctx, "set", key, value, "nx", "px", ttlMs)
+		args = l.args[:7]
 	}
+	c := callPool.Get().(*call)
+	c.cmd, c.obtain, c.get = redis.NewCmd(ctx, args...), l, get
 	if !b.exchange(ctx, c) {
 		return false, "", context.Cause(ctx)
 	}
-	ok, holder, err = setObtainReply(c.cmd, head, get)
+	ok, holder, err = setObtainReply(c.cmd, l.head, get)
 	*c = call{done: c.done}
 	callPool.Put(c)
 	return ok, holder, err
@@ -239,11 +250,11 @@ func (b *batcher) finish() {
 
 // send runs one call on the caller's goroutine.
 func (b *batcher) send(ctx context.Context, c *call) {
-	if c.script != nil {
-		c.cmd = c.script.Run(ctx, b.rdb, c.keys, c.args...)
-		return
-	}
 	_ = b.rdb.Process(ctx, c.cmd) // the error stays on the command
+	if c.script != nil && noScript(c.cmd.Err()) {
+		c.cmd = c.script.eval(c.cmd)
+		_ = b.rdb.Process(ctx, c.cmd)
+	}
 }
 
 // flush sends what callers queued, as one pipeline per round trip, until
@@ -324,20 +335,17 @@ func (b *batcher) exec(batch []*call) {
 	ctx := context.Background()
 	pipe := b.rdb.Pipeline()
 	for _, c := range batch {
-		if c.script == nil {
-			_ = pipe.Process(ctx, c.cmd)
-			continue
-		}
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		_ = pipe.Process(ctx, c.cmd)
 	}
 	_, _ = pipe.Exec(ctx) // errors stay on each command
 	var again redis.Pipeliner
 	for _, c := range batch {
-		if c.script != nil && redis.HasErrorPrefix(c.cmd.Err(), "NOSCRIPT") {
+		if c.script != nil && noScript(c.cmd.Err()) {
 			if again == nil {
 				again = b.rdb.Pipeline()
 			}
-			c.cmd = c.script.Eval(ctx, again, c.keys, c.args...)
+			c.cmd = c.script.eval(c.cmd)
+			_ = again.Process(ctx, c.cmd)
 		}
 	}
 	if again != nil {
@@ -347,18 +355,18 @@ func (b *batcher) exec(batch []*call) {
 
 // late handles the result of a call whose caller gave up waiting: an obtain
 // that succeeded after its caller left is released so the key is not held by
-// nobody until its TTL.
+// nobody until its TTL. Other calls leave nothing to undo.
 func late(rdb redis.UniversalClient, c *call) {
-	obtained := false
-	var ttlMs any
-	switch c.script {
-	case nil:
-		obtained, _, _ = setObtainReply(c.cmd, c.args[0].(string), c.get)
-		ttlMs = c.cmd.Args()[5] // set key value nx px ttl [get]
-	case obtainScript:
+	l := c.obtain
+	if l == nil {
+		return
+	}
+	var obtained bool
+	if c.script == nil {
+		obtained, _, _ = setObtainReply(c.cmd, l.head, c.get)
+	} else {
 		_, obtained = c.cmd.Val().(int64)
 		obtained = obtained && c.cmd.Err() == nil
-		ttlMs = c.args[2] // head, tail, ttl
 	}
 	// A reply lost on the way (a timeout, a broken connection) says
 	// nothing of whether the obtain ran: release it all the same. The
@@ -370,7 +378,6 @@ func late(rdb redis.UniversalClient, c *call) {
 		unsure = true
 	}
 	if obtained || unsure {
-		ms, _ := ttlMs.(int64)
-		go releaseOrphan(rdb, c.keys[0], c.args[0], time.Duration(ms)*time.Millisecond, unsure)
+		go releaseOrphan(rdb, l.key, l.headArg, time.Duration(l.ttlMs)*time.Millisecond, unsure)
 	}
 }

@@ -194,7 +194,7 @@ func TestTunedLimitIsUsed(t *testing.T) {
 			c.batch.tune = &tuner{limit: limit, base: limit, max: limit, rest: 1 << 30}
 			c.batch.limit = limit
 			// Slow every command a little so that callers overlap.
-			slow := redis.NewScript(`local t = redis.call("time") repeat until (redis.call("time")[2] - t[2]) % 1000000 >= 300 return 1`)
+			slow := newScript(`local t = redis.call("time") repeat until (redis.call("time")[2] - t[2]) % 1000000 >= 300 return 1`)
 			var wg sync.WaitGroup
 			for w := range 8 {
 				wg.Add(1)

@@ -20,7 +20,7 @@ type Lease struct {
 	key       string
 	keys      []string // {key}, shared by every script call
 	head      string   // value head "ls1|<token>|<lease>|": proves ownership
-	headArg   any      // head, boxed once
+	headArg   any      // &head: a command argument that costs no allocation
 	token     string
 	owner     string
 	id        string
@@ -44,6 +44,18 @@ type Lease struct {
 	cancel     context.CancelCauseFunc
 	expiry     *time.Timer   // without renewal: marks the lease lost at validUntil
 	stop       chan struct{} // closed to end the renewal
+
+	// The obtain's and the release's commands are built in args: go-redis
+	// writes a *string or *int64 argument as the value it points to, and a
+	// pointer goes into an interface without an allocation where a string
+	// or an int64 is copied to the heap. One command at a time uses args:
+	// the obtain's SET (attempts follow each other), then once the lease is
+	// returned its release (a lease is released once). Issue 28: the lock
+	// path's allocations.
+	keyArr [2]string // backs keys: the key, and the fence key when fencing
+	value  string    // the value the obtain's SET writes
+	ttlMs  int64     // the obtain's TTL in milliseconds
+	args   [7]any    // SET key value NX PX ttl [GET], then EVALSHA release.lua 1 key head
 }
 
 // Key returns the lock key.
@@ -310,7 +322,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	if l.degraded {
 		ok = l.c.local.release(l.key, l.token)
 	} else {
-		n, err := l.c.batch.run(ctx, releaseScript, l.keys, l.headArg).Int64()
+		l.args = [...]any{"evalsha", releaseScript.sha, 1, &l.key, l.headArg, nil, nil}
+		n, err := l.c.batch.runCmd(ctx, releaseScript, scriptCmd(l.args[:5]), nil).Int64()
 		if err != nil {
 			return err
 		}

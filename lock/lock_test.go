@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 )
@@ -544,7 +542,7 @@ func testAbandonedObtain(t *testing.T, fencing bool) {
 	}
 	unpause := sync.OnceFunc(func() { admin.Do(ctx, "CLIENT", "UNPAUSE") })
 	t.Cleanup(unpause)
-	held := redis.NewScript(`return redis.call('SET', KEYS[1], '1')`)
+	held := newScript(`return redis.call('SET', KEYS[1], '1')`)
 	busy := make(chan struct{})
 	go func() {
 		defer close(busy)

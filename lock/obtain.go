@@ -84,17 +84,13 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, opt *Obt
 	return errors.Join(ferr, lost)
 }
 
-// attempt is the state of one Obtain call.
+// attempt is the state of one Obtain call. l is the lease it will return if
+// it obtains: allocated up front, it holds the commands' arguments.
 type attempt struct {
+	l        *Lease
 	key      string
-	keys     []string
-	head     string
-	headArg  any
-	token    string
-	id       string
 	owner    string
 	ttl      time.Duration
-	ttlMs    int64
 	start    time.Time
 	attempts int
 	trace    event.TraceID // of the obtain's ctx (Options.TraceContext), for every event of the call and its hold
@@ -113,20 +109,24 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	if retry == nil || once {
 		retry = noRetry{}
 	}
-	a := attempt{key: key, ttl: ttl, ttlMs: int64((ttl + time.Millisecond - 1) / time.Millisecond), owner: c.owner, start: time.Now()}
+	a := attempt{key: key, ttl: ttl, owner: c.owner, start: time.Now()}
 	if o.Owner != "" {
 		a.owner = o.Owner
 	}
 	if c.trace != nil {
 		a.trace, a.span = c.trace(ctx)
 	}
-	a.head, a.token, a.id = newHead()
-	a.headArg = a.head // boxed once for every script call of the hold
+	l := &Lease{c: c, key: key, owner: a.owner, ttl: ttl, ttlMs: int64((ttl + time.Millisecond - 1) / time.Millisecond)}
+	a.l = l
+	l.head, l.token, l.id = newHead()
+	l.headArg = &l.head
+	l.keyArr[0] = key
+	l.keys = l.keyArr[:1]
 	if o.Fencing {
-		a.keys = []string{key, FenceKey(key)}
-	} else {
-		a.keys = []string{key}
+		l.keyArr[1] = FenceKey(key)
+		l.keys = l.keyArr[:2]
 	}
+	l.args = [...]any{"set", &l.key, &l.value, "nx", "px", &l.ttlMs, "get"}
 
 	var (
 		holder     *Holder
@@ -141,8 +141,6 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		}
 		a.attempts++
 		at := time.Now()
-		var tbuf [64]byte
-		tail := string(appendTail(tbuf[:0], at, a.owner))
 		var res any
 		var err error
 		ttlUnknown = false
@@ -150,15 +148,18 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			// A degraded lease of this process still holds the key: Redis
 			// knows nothing of it, so honour it here.
 			holder, reason, cause = h, event.ReasonHeld, nil
-		} else if len(a.keys) == 1 && !c.batch.noSetGet.Load() {
+		} else if len(l.keys) == 1 && !c.batch.noSetGet.Load() {
 			// Without fencing a native SET does what obtain.lua does (see
 			// batcher.setObtain).
 			first := a.attempts == 1
-			ok, v, serr := c.batch.setObtain(ctx, key, a.head+"0"+tail, a.ttlMs, a.head, !first)
+			var vbuf [128]byte
+			b := append(vbuf[:0], l.head...)
+			l.value = string(appendTail(append(b, '0'), at, a.owner))
+			ok, v, serr := c.batch.setObtain(ctx, l, !first)
 			switch {
 			case errors.Is(serr, errSetGetUnsupported):
 				c.batch.noSetGet.Store(true)
-				res, err = c.batch.run(ctx, obtainScript, a.keys, a.headArg, tail, a.ttlMs).Result()
+				res, err = c.obtainScript(ctx, l, at).Result()
 			case serr != nil:
 				err = serr
 			case ok:
@@ -168,7 +169,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				// the waiting event name the holder), in one atomic read.
 				h, ierr := c.Inspect(ctx, key)
 				switch {
-				case ierr == nil && !h.Foreign && h.Lease == a.id:
+				case ierr == nil && !h.Foreign && h.Lease == l.id:
 					res = int64(0) // ours: go-redis retried a SET that had run
 				case ierr == nil:
 					holder, reason, cause = h, event.ReasonHeld, nil
@@ -181,7 +182,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				res, ttlUnknown = []any{v, int64(0)}, true
 			}
 		} else {
-			res, err = c.batch.run(ctx, obtainScript, a.keys, a.headArg, tail, a.ttlMs).Result()
+			res, err = c.obtainScript(ctx, l, at).Result()
 		}
 		rtt := time.Since(at)
 		if err == nil && res != nil {
@@ -197,7 +198,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		if err != nil {
 			if cerr := ended(ctx); cerr != nil {
 				// The script may have run: free the key if it did.
-				go releaseOrphan(c.rdb, key, a.headArg, a.ttl, true)
+				go releaseOrphan(c.rdb, key, l.headArg, a.ttl, true)
 				return nil, holder, c.fail(&a, holder, ctxReason(ctx), cerr)
 			}
 			if c.local != nil && unreachable(err) {
@@ -205,7 +206,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				if o.Fencing {
 					fence = localFence()
 				}
-				v := Value{Token: a.token, Lease: a.id, Fence: fence, Since: at, Owner: a.owner}
+				v := Value{Token: l.token, Lease: l.id, Fence: fence, Since: at, Owner: a.owner}
 				h := c.local.obtain(key, v, ttl)
 				if h == nil {
 					return c.acquired(ctx, detach, &a, &o, at, fence, true), nil, nil
@@ -250,6 +251,14 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		case <-timer.C:
 		}
 	}
+}
+
+// obtainScript takes l's key with obtain.lua (fencing, or a Redis before
+// 7.0), in an attempt made at at.
+func (c *Client) obtainScript(ctx context.Context, l *Lease, at time.Time) *redis.Cmd {
+	var tbuf [64]byte
+	tail := string(appendTail(tbuf[:0], at, l.owner))
+	return c.batch.runCmd(ctx, obtainScript, obtainScript.evalSha(l.keys, []any{l.headArg, tail, &l.ttlMs}), l)
 }
 
 // holderTTL completes a holder seen by a retry's SET ... GET, which does not
@@ -318,7 +327,7 @@ func ended(ctx context.Context) error {
 func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) error {
 	err := &NotObtainedError{Key: a.key, Holder: holder, Reason: reason, Attempts: a.attempts, Wait: time.Since(a.start), Err: cause}
 	if c.rec != nil {
-		e := event.Event{Type: event.Failed, Key: a.key, Owner: a.owner, Lease: a.id,
+		e := event.Event{Type: event.Failed, Key: a.key, Owner: a.owner, Lease: a.l.id,
 			Wait: err.Wait, Attempts: a.attempts, Reason: reason, TraceID: a.trace, SpanID: a.span}
 		if holder != nil {
 			e.Holder, e.Degraded = holder.Owner, holder.Degraded
@@ -331,7 +340,7 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 // waiting records that the call found the lock held and will retry: once
 // per wait, so that who waits on whom is known while it happens.
 func (c *Client) waiting(ctx context.Context, a *attempt, holder *Holder) {
-	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.id, Attempts: 1,
+	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.l.id, Attempts: 1,
 		Reason: event.JoinLeases(heldLeases(ctx)), TraceID: a.trace, SpanID: a.span}
 	if holder != nil {
 		e.Holder, e.Degraded = holder.Owner, holder.Degraded
@@ -361,17 +370,17 @@ func heldLeases(ctx context.Context) []string {
 }
 
 func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *ObtainOptions, at time.Time, fence int64, degraded bool) *Lease {
-	l := &Lease{
-		c: c, key: a.key, keys: a.keys[:1], head: a.head, headArg: a.headArg, token: a.token, owner: a.owner, id: a.id,
-		fence: fence, since: at, degraded: degraded, autoRenew: o.AutoRenew, maxHold: o.MaxHold,
-		ttl: a.ttl, validUntil: at.Add(a.ttl), parent: ctx, detach: detach, trace: a.trace, span: a.span,
-	}
+	l := a.l
+	l.keys = l.keys[:1]
+	l.fence, l.since, l.degraded, l.autoRenew, l.maxHold = fence, at, degraded, o.AutoRenew, o.MaxHold
+	l.validUntil, l.parent, l.detach = at.Add(a.ttl), ctx, detach
+	l.trace, l.span = a.trace, a.span
 	l.outer, _ = FromContext(ctx)
 	if c.rec != nil {
 		// The event's time is the lease's since, the time the value
 		// stored in Redis carries: a collector rebuilding from the value
 		// and one that saw the event show the same acquisition time.
-		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: a.id, TS: at.UnixNano(),
+		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: l.id, TS: at.UnixNano(),
 			Wait: time.Since(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded,
 			TraceID: a.trace, SpanID: a.span})
 	}
