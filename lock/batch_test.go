@@ -161,13 +161,14 @@ func TestDirectAndBatched(t *testing.T) {
 	if total := piped + single; total < 32*200*3 {
 		t.Errorf("32 callers: %d commands sent, want at least %d", total, 32*200*3)
 	}
-	t.Logf("32 callers: %d single round trips, %d pipelines carrying %d commands; limit %d", single, pipes, piped, c.batch.limit)
-
 	redistest.WaitFor(t, 3*time.Second, "the crowd's flushers done", func() bool {
 		c.batch.mu.Lock()
 		defer c.batch.mu.Unlock()
 		return c.batch.inflight == 0
 	})
+	c.batch.mu.Lock() // a flusher may still have been setting it
+	t.Logf("32 callers: %d single round trips, %d pipelines carrying %d commands; limit %d", single, pipes, piped, c.batch.limit)
+	c.batch.mu.Unlock()
 	hook.reset()
 	cycles(t, c, p+"alone-again:", 1, 50)
 	if s, pipes := hook.single.Load(), hook.pipes.Load(); s != 150 || pipes != 0 {

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"sync"
 	"testing"
@@ -30,9 +31,16 @@ func TestCycleAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := testing.AllocsPerRun(200, cycle)
-	if err != nil {
-		t.Fatal(err)
+	// AllocsPerRun counts the whole process's allocations, and goroutines
+	// of earlier tests (an orphan's release, a renewal, an emitter) may
+	// still run: they only ever add, so the lowest of a few runs is the
+	// cycle's own count.
+	got := math.Inf(1)
+	for range 5 {
+		got = min(got, testing.AllocsPerRun(100, cycle))
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	// 5 of the lock package's and 7 of go-redis v9.23's (one more with
 	// -race); a little room for go-redis to change.
