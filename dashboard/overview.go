@@ -51,6 +51,11 @@ type hotRow struct {
 	Acquisitions string
 	Bar          string // meter width 0..100 of the ranked figure
 	Approx       string // space-saving bound, "" when exact
+	// Unknown marks a watched key, whose contention and wait are unknown
+	// (a caller that finds it held writes nothing to Redis), ranked after
+	// the others by its acquisitions; AcqApprox bounds those.
+	Unknown   bool
+	AcqApprox string
 }
 
 type stuckRow struct {
@@ -151,7 +156,14 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 			Contentions: fmtCount(h.Contentions), Wait: fmtDuration(h.Wait), Acquisitions: fmtCount(h.Acquisitions),
 			Bar: meter(rankValue(h, by), top),
 		}
-		if h.Error > 0 {
+		if h.ContentionUnknown {
+			// A watched key: ranked after the others by its acquisitions.
+			row.Contentions, row.Wait, row.Unknown = "unknown", "unknown", true
+			row.Bar = meter(0, top)
+			if h.Error > 0 {
+				row.AcqApprox = fmtCount(h.Error)
+			}
+		} else if h.Error > 0 {
 			row.Approx = fmtCount(h.Error)
 			if by == state.ByWait {
 				row.Approx = fmtDuration(time.Duration(h.Error))
@@ -290,9 +302,9 @@ type apiHotKey struct {
 	Key          string  `json:"key"`
 	KeyB64       string  `json:"key_b64,omitempty"`
 	Class        string  `json:"class"`
-	Contentions  int64   `json:"contentions"`
-	Wait         float64 `json:"wait_seconds"`
-	Acquisitions int64   `json:"acquisitions"`
+	Contentions  *int64   `json:"contentions"`  // null: unknown (a watched key)
+	Wait         *float64 `json:"wait_seconds"` // null: unknown (a watched key)
+	Acquisitions int64    `json:"acquisitions"`
 	Error        int64   `json:"error"`
 	Href         string  `json:"href"`
 }
@@ -323,10 +335,15 @@ func (s *server) apiHotKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	v := apiHotKeys{Window: windowLabel(window), By: string(by), Keys: []apiHotKey{}}
 	for _, h := range s.q.HotKeys(window, by, n) {
-		v.Keys = append(v.Keys, apiHotKey{
-			Key: h.Key, KeyB64: keytext.B64IfInvalid(h.Key), Class: h.Class, Contentions: h.Contentions,
-			Wait: seconds(h.Wait), Acquisitions: h.Acquisitions, Error: h.Error, Href: apiLockPath(h.Key),
-		})
+		k := apiHotKey{
+			Key: h.Key, KeyB64: keytext.B64IfInvalid(h.Key), Class: h.Class,
+			Acquisitions: h.Acquisitions, Error: h.Error, Href: apiLockPath(h.Key),
+		}
+		if !h.ContentionUnknown {
+			c, w := h.Contentions, seconds(h.Wait)
+			k.Contentions, k.Wait = &c, &w
+		}
+		v.Keys = append(v.Keys, k)
 	}
 	writeJSON(w, r, http.StatusOK, v)
 }

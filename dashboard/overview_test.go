@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,9 @@ func TestOverviewFiguresAndHotKeys(t *testing.T) {
 	if len(hk.Keys) != 2 || hk.Keys[0].Key != hot || hk.By != "wait" || hk.Window != "1m" {
 		t.Errorf("API hot keys by wait = %+v, want %q first of 2", hk, hot)
 	}
+	if hk.Keys[0].Contentions == nil || *hk.Keys[0].Contentions != 30 {
+		t.Errorf("API hot key %q contentions = %v, want 30", hot, hk.Keys[0].Contentions)
+	}
 	if rec := f.do(t, req{target: "/api/v1/hotkeys?by=size"}); rec.Code != 400 || decodeJSON[apiError](t, rec).Error == "" {
 		t.Errorf("API hot keys by=size = %d %s, want 400 with a JSON error", rec.Code, rec.Body.String())
 	}
@@ -75,5 +79,38 @@ func TestOverviewForcedRowAndTileNotes(t *testing.T) {
 	}
 	if got := text(one(t, doc, "stat-acquire-rate")); !strings.Contains(got, "1 failed in 5 min") {
 		t.Errorf("acquisitions tile %q, want the failed acquisitions noted", got)
+	}
+}
+
+// A watched key (passive acquisitions: its callers' waits are unknown)
+// ranks after the keys of known contention, by its acquisitions, its
+// contention and wait shown as unknown, null in the API.
+func TestOverviewHotKeysShowWatchedKeysContentionUnknown(t *testing.T) {
+	f := newFixture(t, nil)
+	now := time.Now()
+	hot, watched := f.pfx+"orders:1", f.pfx+"py:1"
+	f.agg.Apply(contended(hot, 3, 5*time.Millisecond, now.Add(-20*time.Second)))
+	for i := range 4 {
+		f.agg.Apply([]event.Event{{Type: event.Acquired, Key: watched, Owner: "redis-py 0a1b2c3d", Lease: fmt.Sprint("p", i),
+			TS: now.Add(time.Duration(i-20) * time.Second).UnixNano(), TTL: 4 * time.Second, Attempts: 1, Passive: true}})
+	}
+	doc := htmlDoc(t, f.do(t, req{target: "/?window=1m&by=contentions"}))
+	rows := byTestID(doc, "hotkey-row")
+	if len(rows) != 2 {
+		t.Fatalf("hot key rows = %d, want 2", len(rows))
+	}
+	if got := attr(one(t, rows[1], "hotkey-link"), "href"); got != keyPath(watched) {
+		t.Errorf("second hot key links to %q, want the watched %q", got, keyPath(watched))
+	}
+	if c, a := text(one(t, rows[1], "hotkey-contentions")), text(one(t, rows[1], "hotkey-acquisitions")); c != "unknown" || a != "4" {
+		t.Errorf("watched hot key: contentions %q, acquired %q; want unknown, 4", c, a)
+	}
+	raw := f.do(t, req{target: "/api/v1/hotkeys?window=1m"}).Body.String()
+	hk := decodeJSON[apiHotKeys](t, f.do(t, req{target: "/api/v1/hotkeys?window=1m"}))
+	if len(hk.Keys) != 2 || hk.Keys[1].Key != watched || hk.Keys[1].Contentions != nil || hk.Keys[1].Wait != nil || hk.Keys[1].Acquisitions != 4 {
+		t.Errorf("API hot keys = %s, want %q second with contentions and wait_seconds null, 4 acquisitions", raw, watched)
+	}
+	if !strings.Contains(raw, `"contentions":null`) {
+		t.Errorf("API hot keys = %s, want contentions null for the watched key", raw)
 	}
 }

@@ -108,7 +108,11 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			a.waitLocked(k, wait, now, e.TraceID)
 		}
 		a.observe(k, obsAcq, now, 0)
-		a.hot.record(k.key, k.hash, c.name, contended, wait, true)
+		if e.Passive {
+			a.hot.recordPassive(k.key, k.hash, c.name, contended, wait)
+		} else {
+			a.hot.record(k.key, k.hash, c.name, contended, wait, true)
+		}
 		if k.owner != "" && owner != k.owner {
 			c.m.Handoffs.Inc()
 		}

@@ -279,22 +279,28 @@ func (t *hotTotals) add(o hotTotals) { t.cont += o.cont; t.wait += o.wait; t.acq
 // hotBucket is a frozen bucket: step is the 10 s step, or the minute, it
 // covers.
 type hotBucket struct {
-	step   int64
-	valid  bool
-	cont   frozenSketch
-	wait   frozenSketch
-	totals hotTotals
+	step    int64
+	valid   bool
+	cont    frozenSketch
+	wait    frozenSketch
+	passive frozenSketch
+	totals  hotTotals
 }
 
 // hotKeys holds the live bucket and the frozen ones. It is guarded by the
 // aggregator's lock; frozen sketches are immutable and read outside it.
 type hotKeys struct {
-	step       int64 // the live bucket's step
-	liveCont   *liveSketch
-	liveWait   *liveSketch
-	liveTotals hotTotals
-	tens       [hotTenSlots]hotBucket
-	minutes    [hotMinuteSlot]hotBucket
+	step     int64 // the live bucket's step
+	liveCont *liveSketch
+	liveWait *liveSketch
+	// livePassive ranks watched keys (passive acquisitions) by their
+	// acquisitions: their contention is unknown (a caller that finds such a
+	// lock held writes nothing to Redis), so the other two sketches cannot
+	// rank them. Only passive acquisitions reach it.
+	livePassive *liveSketch
+	liveTotals  hotTotals
+	tens        [hotTenSlots]hotBucket
+	minutes     [hotMinuteSlot]hotBucket
 
 	cacheMu sync.Mutex
 	cache   map[hotCacheKey]hotCached
@@ -314,10 +320,11 @@ type hotCached struct {
 
 func newHotKeys(now int64) *hotKeys {
 	return &hotKeys{
-		step:     stepOf(now),
-		liveCont: newLiveSketch(),
-		liveWait: newLiveSketch(),
-		cache:    make(map[hotCacheKey]hotCached),
+		step:        stepOf(now),
+		liveCont:    newLiveSketch(),
+		liveWait:    newLiveSketch(),
+		livePassive: newLiveSketch(),
+		cache:       make(map[hotCacheKey]hotCached),
 	}
 }
 
@@ -325,6 +332,22 @@ func newHotKeys(now int64) *hotKeys {
 // hash is the key's (any 32 well-mixed bits, the same for every event of
 // the key).
 func (h *hotKeys) record(key string, hash uint32, class string, contended bool, wait time.Duration, acquired bool) {
+	h.recordWeights(key, hash, class, contended, wait, acquired)
+}
+
+// recordPassive counts one passive acquisition: in the sketches of known
+// contention as any (a Redisson waiter seen taking the lock is one), and in
+// the passive one by its acquisition.
+func (h *hotKeys) recordPassive(key string, hash uint32, class string, contended bool, wait time.Duration) {
+	h.recordWeights(key, hash, class, contended, wait, true)
+	var c int64
+	if contended {
+		c = 1
+	}
+	h.livePassive.add(key, hash, class, 1, c, int64(wait), 1)
+}
+
+func (h *hotKeys) recordWeights(key string, hash uint32, class string, contended bool, wait time.Duration, acquired bool) {
 	var c, a int64
 	if contended {
 		c = 1
@@ -346,22 +369,27 @@ func (h *hotKeys) advance(now int64) {
 	}
 	old := h.step
 	h.tens[old%hotTenSlots] = hotBucket{step: old, valid: true,
-		cont: h.liveCont.freeze(), wait: h.liveWait.freeze(), totals: h.liveTotals}
+		cont: h.liveCont.freeze(), wait: h.liveWait.freeze(), passive: h.livePassive.freeze(), totals: h.liveTotals}
 	h.liveCont.reset()
 	h.liveWait.reset()
+	h.livePassive.reset()
 	h.liveTotals = hotTotals{}
 	if m := old / hotMinuteLen; cur/hotMinuteLen > m {
-		var cont, wait []frozenSketch
+		var cont, wait, passive []frozenSketch
 		var totals hotTotals
 		for s := m * hotMinuteLen; s <= old; s++ {
 			if b := h.tens[s%hotTenSlots]; b.valid && b.step == s {
 				cont = append(cont, b.cont)
 				wait = append(wait, b.wait)
+				if len(b.passive.ents) > 0 {
+					passive = append(passive, b.passive)
+				}
 				totals.add(b.totals)
 			}
 		}
 		h.minutes[m%hotMinuteSlot] = hotBucket{step: m, valid: true,
-			cont: mergeSketches(cont, hotCapacity), wait: mergeSketches(wait, hotCapacity), totals: totals}
+			cont: mergeSketches(cont, hotCapacity), wait: mergeSketches(wait, hotCapacity),
+			passive: mergeSketches(passive, hotCapacity), totals: totals}
 	}
 	h.step = cur
 }
@@ -371,8 +399,11 @@ func (h *hotKeys) advance(now int64) {
 // exact totals and the live step.
 func (h *hotKeys) windowSources(window time.Duration, by Ranking) (frozen []frozenSketch, live frozenSketch, totals hotTotals, step int64) {
 	pick := func(b *hotBucket) frozenSketch {
-		if by == ByWait {
+		switch by {
+		case ByWait:
 			return b.wait
+		case byPassive:
+			return b.passive
 		}
 		return b.cont
 	}
@@ -397,9 +428,12 @@ func (h *hotKeys) windowSources(window time.Duration, by Ranking) (frozen []froz
 			totals.add(b.totals)
 		}
 	}
-	if by == ByWait {
+	switch by {
+	case ByWait:
 		live = h.liveWait.freeze()
-	} else {
+	case byPassive:
+		live = h.livePassive.freeze()
+	default:
 		live = h.liveCont.freeze()
 	}
 	totals.add(h.liveTotals)
@@ -421,7 +455,7 @@ func normalizeWindow(w time.Duration) time.Duration {
 // total of the ranked figure.
 func (a *Aggregator) HotTop(window time.Duration, by Ranking, n int) ([]HotKey, int64) {
 	window = normalizeWindow(window)
-	if by != ByWait {
+	if by != ByWait && by != byPassive {
 		by = ByContentions
 	}
 	a.mu.Lock()
@@ -451,7 +485,9 @@ func (a *Aggregator) HotTop(window time.Duration, by Ranking, n int) ([]HotKey, 
 			break // sorted: the rest are zero as well
 		}
 		hk := HotKey{Key: e.key, Class: e.class, Acquisitions: e.acq, Error: e.err}
-		if by == ByWait {
+		if by == byPassive {
+			hk.Acquisitions, hk.Contentions, hk.Wait, hk.ContentionUnknown = e.count, e.cont, time.Duration(e.wait), true
+		} else if by == ByWait {
 			hk.Wait, hk.Contentions = time.Duration(e.count), e.cont
 		} else {
 			hk.Contentions, hk.Wait = e.count, time.Duration(e.wait)

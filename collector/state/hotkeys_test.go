@@ -197,3 +197,53 @@ func TestLiveSketchChurn(t *testing.T) {
 		t.Fatalf("sketch holds %d entries, want full (%d)", len(s.ents), hotCapacity)
 	}
 }
+
+// Watched keys (passive acquisitions: their contention unknown) rank after
+// the keys of known contention, by their acquisitions, marked unknown; a
+// watched key whose contention is known (a Redisson waiter seen taking it)
+// ranks with the others. The export (HotTop) ranks known figures only.
+func TestHotKeysRankWatchedKeysByAcquisitions(t *testing.T) {
+	a, clk := newTestAggregator(t, Config{})
+	ms := time.Millisecond
+	clk.Set(aggT0.Add(time.Second))
+	passive := func(key string, at time.Duration, attempts int, wait time.Duration) event.Event {
+		e := acquired(key, "redsync 1234abcd", fmt.Sprintf("p:%s:%v", key, at), at, wait, attempts, 4*time.Second)
+		e.Passive = true
+		return e
+	}
+	var evs []event.Event
+	evs = append(evs, evtest.Contend("q:1", 2, 10*ms, 0)...)
+	for i := range 3 {
+		evs = append(evs, passive("w:1", time.Duration(i)*ms, 1, 0))
+	}
+	evs = append(evs, passive("w:2", 0, 1, 0))
+	evs = append(evs, passive("r:3", 0, 2, 30*ms)) // a Redisson waiter seen taking it
+	a.Apply(evs)
+
+	want := []HotKey{
+		{Key: "q:1", Class: "q:*", Contentions: 2, Wait: 20 * ms, Acquisitions: 2},
+		{Key: "r:3", Class: "r:*", Contentions: 1, Wait: 30 * ms, Acquisitions: 1},
+		{Key: "w:1", Class: "w:*", Acquisitions: 3, ContentionUnknown: true},
+		{Key: "w:2", Class: "w:*", Acquisitions: 1, ContentionUnknown: true},
+	}
+	if diff := cmp.Diff(want, a.HotKeys(time.Minute, ByContentions, 10)); diff != "" {
+		t.Errorf("HotKeys(1m, contentions) (-want +got):\n%s", diff)
+	}
+	if got := a.HotKeys(time.Minute, ByContentions, 3); len(got) != 3 || got[2].Key != "w:1" {
+		t.Errorf("HotKeys(1m, contentions, 3) = %+v, want q:1, r:3, w:1", got)
+	}
+	if top, _ := a.HotTop(time.Minute, ByContentions, 10); len(top) != 2 {
+		t.Errorf("HotTop(1m, contentions) = %+v, want the two keys of known contention only", top)
+	}
+	// A later bucket's acquisitions add up, and an hour later they are gone.
+	clk.Set(aggT0.Add(25 * time.Second))
+	a.Apply([]event.Event{passive("w:2", 25*time.Second, 1, 0), passive("w:2", 25*time.Second+ms, 1, 0), passive("w:2", 25*time.Second+2*ms, 1, 0)})
+	got := a.HotKeys(5*time.Minute, ByWait, 10)
+	if len(got) != 4 || got[2].Key != "w:2" || got[2].Acquisitions != 4 || !got[2].ContentionUnknown {
+		t.Errorf("HotKeys(5m, wait) after a second bucket = %+v, want w:2 third with 4 acquisitions, contention unknown", got)
+	}
+	clk.Set(aggT0.Add(2 * time.Hour))
+	if got := a.HotKeys(time.Hour, ByContentions, 10); len(got) != 0 {
+		t.Errorf("HotKeys(1h) two hours later = %+v, want none", got)
+	}
+}

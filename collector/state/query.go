@@ -116,12 +116,26 @@ func (a *Aggregator) Overview() Overview {
 
 // HotKeys returns up to n keys (0 means 10) ranked by contentions or by
 // total wait within window (one of Windows; other values round up to the
-// next window).
+// next window), then, to fill n, the watched keys of unknown contention
+// (ContentionUnknown) not ranked already, by their acquisitions.
 func (a *Aggregator) HotKeys(window time.Duration, by Ranking, n int) []HotKey {
 	if n <= 0 {
 		n = defaultHotKeys
 	}
-	top, _ := a.HotTop(window, by, min(n, hotCapacity))
+	n = min(n, hotCapacity)
+	top, _ := a.HotTop(window, by, n)
+	if len(top) == n {
+		return top
+	}
+	passive, _ := a.HotTop(window, byPassive, n)
+	for _, p := range passive {
+		if len(top) == n {
+			break
+		}
+		if !slices.ContainsFunc(top, func(h HotKey) bool { return h.Key == p.Key }) {
+			top = append(top, p)
+		}
+	}
 	return top
 }
 

@@ -20,6 +20,10 @@ type Ranking string
 const (
 	ByContentions Ranking = "contentions" // acquisitions that waited plus refused tries
 	ByWait        Ranking = "wait"        // total time callers spent waiting
+
+	// byPassive ranks watched keys by their passive acquisitions; HotKeys
+	// lists them after the keys whose contention is known.
+	byPassive Ranking = "passive"
 )
 
 // Overview is the collector's headline state.
@@ -55,6 +59,13 @@ type HotKey struct {
 	// Error is the space-saving over-estimate bound of the ranked figure:
 	// the true value lies in [value-Error, value].
 	Error int64
+	// ContentionUnknown marks a watched key (seen through keyspace
+	// notifications) ranked by its acquisitions, the one figure known of
+	// it: a caller that finds it held writes nothing to Redis, so its
+	// contentions and wait are unknown, not zero (Contentions and Wait are
+	// only those seen, of a Redisson lock's waiters; Error bounds
+	// Acquisitions).
+	ContentionUnknown bool
 }
 
 // LockInfo is the state of one tracked key.
