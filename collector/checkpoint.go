@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
@@ -18,13 +19,15 @@ import (
 // The checkpoint: every live replica keeps, in CheckpointKey, the holders
 // older than the stream window a restarted replica replays, so that it
 // knows holders whose acquisition the stream no longer holds (see
-// rebuild.go).
+// rebuild.go), and the recent expirations older than that window, so that
+// it lists and counts the expirations the others do.
 
 // Checkpoint tuning.
 const (
 	checkpointEvery  = 5 * time.Second
 	checkpointMinAge = 30 * time.Second // younger holders are in the replayed stream
 	checkpointMax    = 100_000          // holders kept (the oldest first)
+	checkpointExps   = 256              // expirations kept (the state keeps as many)
 	checkpointTTL    = 24 * time.Hour
 	restoreBatch     = 1000 // lock keys checked per pipeline
 )
@@ -34,9 +37,14 @@ func CheckpointKey(stream string) string { return stream + ":checkpoint" }
 
 // checkpoint is what readCheckpoint found.
 type checkpoint struct {
-	at      time.Time
-	holders []event.Event
+	at          time.Time
+	holders     []event.Event // acquired events
+	expirations []event.Event // expired events, oldest first (Reason "confirmed": Expiration.Confirmed)
 }
+
+// confirmedReason marks a checkpointed expiration that a keyspace
+// notification confirmed.
+const confirmedReason = "confirmed"
 
 // writeCheckpoints keeps the checkpoint fresh until ctx ends.
 func (c *Feeder) writeCheckpoints(ctx context.Context) {
@@ -57,12 +65,15 @@ func (c *Feeder) writeCheckpoints(ctx context.Context) {
 	})
 }
 
-// writeCheckpoint stores the holders older than checkpointMinAge in one
-// string value (one SET: no DEL needed, nothing half-written):
+// writeCheckpoint stores the holders older than checkpointMinAge, as
+// acquired events, and the recent expirations as old, as expired events,
+// in one string value (one SET: no DEL needed, nothing half-written):
 //
 //	lsck1|<unix ms>|{<uvarint n><uvarint len><packed batch of n events>}...
 //
-// with batches of at most event.MaxBatchEvents events.
+// with batches of at most event.MaxBatchEvents events. With partitions,
+// the first partition's checkpoint keeps the expirations (the state lists
+// them all together).
 func (c *Feeder) writeCheckpoint(ctx context.Context) error {
 	now := c.opt.Now()
 	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
@@ -76,6 +87,15 @@ func (c *Feeder) writeCheckpoint(ctx context.Context) error {
 			}
 			return p != c.opt.Partition
 		})
+	}
+	if c.opt.Partition == 0 {
+		for _, x := range c.agg.ExpirationsBefore(now.Add(-c.ckptMinAge)) {
+			e := event.Event{Type: event.Expired, Key: x.Key, Owner: x.Owner, Lease: x.Lease, TS: x.At.UnixNano(), Hold: x.Held}
+			if x.Confirmed {
+				e.Reason = confirmedReason
+			}
+			hs = append(hs, e)
+		}
 	}
 	b := []byte(checkpointMagic + strconv.FormatInt(now.UnixMilli(), 10) + "|")
 	for len(hs) > 0 {
@@ -114,6 +134,7 @@ func parseCheckpoint(s string) (*checkpoint, error) {
 		return nil, errors.New("checkpoint malformed: time")
 	}
 	ck := &checkpoint{at: time.UnixMilli(atMS)}
+	var evs []event.Event
 	for len(rest) > 0 {
 		n, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
 		if k <= 0 {
@@ -121,14 +142,24 @@ func parseCheckpoint(s string) (*checkpoint, error) {
 		}
 		rest = rest[k:]
 		l, k := binary.Uvarint([]byte(rest[:min(len(rest), binary.MaxVarintLen64)]))
-		if k <= 0 || l > uint64(len(rest)-k) || n > event.MaxBatchEvents || len(ck.holders)+int(n) > checkpointMax {
+		if k <= 0 || l > uint64(len(rest)-k) || n > event.MaxBatchEvents || len(evs)+int(n) > checkpointMax+checkpointExps {
 			return nil, errors.New("checkpoint malformed: length")
 		}
 		rest = rest[k:]
-		if ck.holders, err = event.DecodeBatch(ck.holders, rest[:l], int(n)); err != nil {
+		if evs, err = event.DecodeBatch(evs, rest[:l], int(n)); err != nil {
 			return nil, fmt.Errorf("checkpoint malformed: %w", err)
 		}
 		rest = rest[l:]
+	}
+	for _, e := range evs {
+		if e.Type == event.Expired {
+			ck.expirations = append(ck.expirations, e)
+		} else {
+			ck.holders = append(ck.holders, e)
+		}
+	}
+	if len(ck.holders) > checkpointMax || len(ck.expirations) > checkpointExps {
+		return nil, errors.New("checkpoint malformed: too many entries")
 	}
 	return ck, nil
 }
@@ -173,4 +204,19 @@ func (c *Feeder) verifyHolders(ctx context.Context, hs []event.Event, start int6
 		}
 	}
 	return out, nil
+}
+
+// restoreExpirations gives the state the checkpoint's expirations older
+// than start, where the replayed stream begins (the younger ones it
+// replays).
+func (c *Feeder) restoreExpirations(ck *checkpoint, start time.Time) int {
+	var exps []state.Expiration
+	for _, e := range ck.expirations {
+		if e.TS < start.UnixNano() {
+			exps = append(exps, state.Expiration{Key: e.Key, Owner: e.Owner, Lease: e.Lease, At: time.Unix(0, e.TS),
+				Held: e.Hold, Confirmed: e.Reason == confirmedReason})
+		}
+	}
+	c.agg.RestoreExpirations(exps)
+	return len(exps)
 }

@@ -99,7 +99,10 @@ func (c *Feeder) rebuild(ctx context.Context, out chan<- batch) error {
 
 	t0 := time.Now()
 	c.agg.BeginReplay(start)
-	restored := 0
+	restored, restoredExps := 0, 0
+	if ck != nil && c.opt.Partition == 0 {
+		restoredExps = c.restoreExpirations(ck, start)
+	}
 	if ck != nil {
 		evs, err := c.verifyHolders(ctx, ck.holders, start.UnixNano(), now)
 		if err != nil {
@@ -150,7 +153,7 @@ func (c *Feeder) rebuild(ctx context.Context, out chan<- batch) error {
 	}
 	c.agg.EndReplay(countedBefore)
 	c.log.Info("rebuilt the picture from Redis", "from", start.UTC().Format(time.RFC3339), "to_entry", end,
-		"entries", entries, "checkpoint_holders", restored, "restarted", existed, "took", time.Since(t0).Round(time.Millisecond))
+		"entries", entries, "checkpoint_holders", restored, "checkpoint_expirations", restoredExps, "restarted", existed, "took", time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

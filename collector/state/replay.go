@@ -179,3 +179,39 @@ func (a *Aggregator) Passive(key string) bool {
 	k := sh.get(h, key)
 	return k != nil && k.passive
 }
+
+// ExpirationsBefore returns the kept expirations (at most 256) that
+// happened before t, oldest first: what the checkpoint keeps of them, for a
+// restarted replica whose replayed stream begins later.
+func (a *Aggregator) ExpirationsBefore(t time.Time) []Expiration {
+	all := a.Expirations(0)
+	out := make([]Expiration, 0, len(all))
+	for i := len(all) - 1; i >= 0; i-- {
+		if all[i].At.Before(t) {
+			out = append(out, all[i])
+		}
+	}
+	return out
+}
+
+// RestoreExpirations adds expirations that a restarted replica read from
+// the checkpoint, oldest first, older than the stream it replays: to the
+// recent expirations and the overview's counts (those of the last 5
+// minutes), so that it shows what the replicas that kept running show. The
+// keys' histories and the exported counters are left alone (the history is
+// rebuilt from the replayed stream only; the counters were exported before
+// the restart). Call it at start, before the replay.
+func (a *Aggregator) RestoreExpirations(exps []Expiration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	cur := stepOf(a.nowNS())
+	for _, e := range exps {
+		if e.Class == "" {
+			e.Class = a.classOfLocked(e.Key).name
+		}
+		a.exps.add(e)
+		if s := stepOf(e.At.UnixNano()); s <= cur && s > cur-overviewSeriesLen {
+			a.steps.at(s).expirations++
+		}
+	}
+}

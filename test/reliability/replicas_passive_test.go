@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"os/exec"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,13 +23,23 @@ import (
 )
 
 // passiveView is what replicas must agree on about watched locks: each
-// key's holder, since and stuck flag with its recent expirations, and the
-// overview's held, stuck and expiration counts.
+// key's holder, since and stuck flag with its recent expirations, the
+// overview's held, stuck and expiration counts, and the hot keys (when
+// asked: a restarted replica's windows hold only what it replayed).
 type passiveView struct {
 	Held          int
 	Stuck         int
 	Expirations5m int64
 	Keys          map[string]passiveKey
+	Hot           []passiveHot
+}
+
+// passiveHot is a watched key in the hot keys: its acquisitions, its
+// contention unknown (null).
+type passiveHot struct {
+	Key          string
+	Acquisitions int64
+	Contentions  *int64
 }
 
 type passiveKey struct {
@@ -37,7 +50,10 @@ type passiveKey struct {
 	Expirations []time.Time // its recent expired events
 }
 
-func passiveViewOf(ctx context.Context, p *proc, keys []string) (passiveView, error) {
+// passiveViewOf reads p's view of keys: each key's expirations from after
+// since (a restarted replica's key history is what it replayed), the hot
+// keys if hot.
+func passiveViewOf(ctx context.Context, p *proc, keys []string, since time.Time, hot bool) (passiveView, error) {
 	var v passiveView
 	var o replicaView
 	if err := getJSONCtx(ctx, p.url("/api/v1/overview"), &o); err != nil {
@@ -64,11 +80,20 @@ func passiveViewOf(ctx context.Context, p *proc, keys []string) (passiveView, er
 		}
 		pk := passiveKey{Held: d.Held, Owner: d.Owner, Since: d.Since, Stuck: d.Stuck}
 		for _, e := range d.Recent {
-			if e.Type == "expired" {
+			if e.Type == "expired" && !e.At.Before(since) {
 				pk.Expirations = append(pk.Expirations, e.At)
 			}
 		}
 		v.Keys[k] = pk
+	}
+	if hot {
+		var h struct {
+			Keys []passiveHot `json:"keys"`
+		}
+		if err := getJSONCtx(ctx, p.url("/api/v1/hotkeys?window=5m&n=100"), &h); err != nil {
+			return v, err
+		}
+		v.Hot = h.Keys
 	}
 	return v, nil
 }
@@ -86,11 +111,47 @@ func getJSONCtx(ctx context.Context, u string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
+// pyLockScript holds a redis-py Lock (Debian's python3-redis) taken with a
+// 4 s timeout and extended every second (its extend script: PEXPIRE), and
+// prints its token.
+const pyLockScript = `
+import sys, time, redis
+r = redis.Redis(port=int(sys.argv[1]))
+l = r.lock(sys.argv[2], timeout=4)
+assert l.acquire(blocking=False)
+print(l.local.token.decode(), flush=True)
+while True:
+    time.sleep(1)
+    l.extend(4, replace_ttl=True)
+`
+
+// holdWithRedisPy runs pyLockScript on key until the test ends and returns
+// the lock's token.
+func holdWithRedisPy(t *testing.T, port int, key string) string {
+	t.Helper()
+	cmd := exec.Command("/usr/bin/python3", "-c", pyLockScript, strconv.Itoa(port), key)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redis-py (Debian's python3-redis, scripts/deps.sh): %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var token string
+	if _, err := fmt.Fscanln(out, &token); err != nil {
+		t.Fatalf("redis-py lock on %s: %v\n%s", key, err, stderr.String())
+	}
+	return token
+}
+
 // TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs runs two serve replicas with
 // the same --watch flags while other libraries' locks are held and renewed:
 // a redsync mutex extended every second (SET NX PX, then its extend script's
-// PEXPIRE) and a plain SET NX PX kept alive by PEXPIRE, both older than
-// --backfill, plus short locks that come and go and one that expires. Each
+// PEXPIRE), a redis-py Lock extended every second (a real Python process)
+// and a plain SET NX PX kept alive by PEXPIRE, all older than --backfill, plus short locks that come and go and one that expires. Each
 // replica is SIGKILLed in turn and restarted: within 5 s it must show what
 // the other shows (holders, since to the nanosecond, stuck flags, each key's
 // expirations, the overview's counts), and both what Redis holds.
@@ -114,6 +175,8 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 	if ok, err := rdb.SetNX(ctx, plain, plainToken, 4*time.Second).Result(); err != nil || !ok {
 		t.Fatalf("SET NX PX = %v, %v", ok, err)
 	}
+	pyKey := "pl:redis-py"
+	pyToken := holdWithRedisPy(t, srv.Port(), pyKey)
 	var wg sync.WaitGroup
 	rctx, stopRenewing := context.WithCancel(ctx)
 	wg.Go(func() {
@@ -139,42 +202,54 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 		}
 	})
 	defer func() { stopRenewing(); wg.Wait() }()
-	keys := []string{"pl:redsync", plain, "pl:short", "pl:crashed"}
+	keys := []string{"pl:redsync", plain, pyKey, "pl:short", "pl:crashed"}
 
 	// agree waits until both replicas show the same, with the long locks
-	// held by their holders, and returns how long that took.
-	agree := func(what string, within time.Duration) {
+	// held by their holders, each key's expirations from since on, the hot
+	// keys if hot.
+	agree := func(what string, within time.Duration, since time.Time, hot bool) passiveView {
 		t.Helper()
 		start := time.Now()
 		var va, vb passiveView
 		var errA, errB error
 		for time.Since(start) < within+10*time.Second {
-			va, errA = passiveViewOf(ctx, a, keys)
-			vb, errB = passiveViewOf(ctx, b, keys)
+			va, errA = passiveViewOf(ctx, a, keys, since, hot)
+			vb, errB = passiveViewOf(ctx, b, keys, since, hot)
 			if errA == nil && errB == nil && cmp.Equal(va, vb) &&
 				va.Keys["pl:redsync"].Owner == "redsync "+lock.Fingerprint(mutex.Value())[:8] &&
-				va.Keys[plain].Owner == lock.ForeignOwner(plainToken) {
+				va.Keys[plain].Owner == lock.ForeignOwner(plainToken) &&
+				va.Keys[pyKey].Owner == "redis-py "+lock.Fingerprint(pyToken)[:8] {
 				took := time.Since(start)
 				t.Logf("%s: both replicas agree after %v: held %d, stuck %d, expirations %d", what, took.Round(time.Millisecond), va.Held, va.Stuck, va.Expirations5m)
 				if took > within {
 					t.Errorf("%s: the replicas agreed after %v, want within %v", what, took.Round(time.Millisecond), within)
 				}
-				return
+				return va
 			}
 			redistest.Sleep(ctx, 100*time.Millisecond)
 		}
 		t.Fatalf("%s: after %v the replicas disagree (-a +b):\n%s\nerrors: %v, %v\na's log:\n%s\nb's log:\n%s", what, within+10*time.Second,
 			cmp.Diff(va, vb), errA, errB, tail(a.out.String(), 2000), tail(b.out.String(), 2000))
+		return va
 	}
 
 	// Past --backfill, --stuck-after and the 30 s after which a hold is
 	// kept in the checkpoint: the long holds are older than what a
 	// restarted replica replays, and stuck.
 	redistest.Sleep(ctx, 32*time.Second)
-	agree("both running", 2*time.Second)
-	before, _ := passiveViewOf(ctx, a, keys)
-	if k := before.Keys["pl:redsync"]; !k.Held || !k.Stuck {
-		t.Errorf("pl:redsync = %+v, want held and stuck", k)
+	before := agree("both running", 2*time.Second, time.Time{}, true)
+	// The watched keys rank in the hot keys by their acquisitions, their
+	// contention unknown.
+	for _, key := range []string{"pl:short", "pl:crashed"} {
+		i := slices.IndexFunc(before.Hot, func(h passiveHot) bool { return h.Key == key })
+		if i < 0 || before.Hot[i].Acquisitions < 2 || before.Hot[i].Contentions != nil {
+			t.Errorf("hot keys = %+v, want %s with its acquisitions and contentions null", before.Hot, key)
+		}
+	}
+	for _, key := range []string{"pl:redsync", plain, pyKey} {
+		if k := before.Keys[key]; !k.Held || !k.Stuck {
+			t.Errorf("%s = %+v, want held and stuck", key, k)
+		}
 	}
 
 	for i, name := range []string{"a", "b"} {
@@ -185,12 +260,16 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 		(*p).kill(t)
 		// Locks change while it is down: a crashed holder's lock expires.
 		redistest.Sleep(ctx, 1500*time.Millisecond)
+		restartAt := time.Now()
 		*p = startServeOn(t, bin, srv.URL(), (*p).listen, nil, flags...)
-		agree("replica "+name+" restarted after SIGKILL", 5*time.Second)
+		// Each key's history is rebuilt from the stream replayed from 30 s
+		// before the last checkpoint; the expirations before it, and their
+		// count, come from the checkpoint.
+		agree("replica "+name+" restarted after SIGKILL", 5*time.Second, restartAt.Add(-25*time.Second), false)
 	}
 
-	after, _ := passiveViewOf(ctx, a, keys)
-	for _, k := range []string{"pl:redsync", plain} {
+	after, _ := passiveViewOf(ctx, a, keys, time.Time{}, false)
+	for _, k := range []string{"pl:redsync", plain, pyKey} {
 		if got, want := after.Keys[k].Since, before.Keys[k].Since; !got.Equal(want) || got.IsZero() {
 			t.Errorf("%s since %v after both restarts, want the %v shown before them", k, got, want)
 		}
@@ -205,8 +284,8 @@ func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
 		rdb.Del(ctx, k)
 	}
 	agreeEmpty := func() bool {
-		va, errA := passiveViewOf(ctx, a, keys)
-		vb, errB := passiveViewOf(ctx, b, keys)
+		va, errA := passiveViewOf(ctx, a, keys, time.Now(), false)
+		vb, errB := passiveViewOf(ctx, b, keys, time.Now(), false)
 		return errA == nil && errB == nil && cmp.Equal(va, vb) && va.Held == 0 &&
 			!slices.ContainsFunc(keys, func(k string) bool { return va.Keys[k].Held })
 	}
