@@ -18,12 +18,9 @@ const (
 type Lease struct {
 	c         *Client
 	key       string
-	keys      []string // {key}, shared by every script call
-	head      string   // value head "ls1|<token>|<lease>|": proves ownership
-	headArg   any      // &head: a command argument that costs no allocation
-	token     string
+	head      string // value head "ls1|<token>|<lease>|": proves ownership; holds the token and the lease id
+	headArg   any    // &head: a command argument that costs no allocation
 	owner     string
-	id        string
 	fence     int64
 	since     time.Time
 	degraded  bool
@@ -52,7 +49,7 @@ type Lease struct {
 	// the obtain's SET (attempts follow each other), then once the lease is
 	// returned its release (a lease is released once). Issue 28: the lock
 	// path's allocations.
-	keyArr [2]string // backs keys: the key, and the fence key when fencing
+	keyArr [2]string // the key, and the fence key when fencing
 	value  string    // the value the obtain's SET writes
 	ttlMs  int64     // the obtain's TTL in milliseconds
 	args   [7]any    // SET key value NX PX ttl [GET], then EVALSHA release.lua 1 key head
@@ -66,7 +63,7 @@ func (l *Lease) Owner() string { return l.owner }
 
 // ID returns the public lease id: stable for this hold, carried by events,
 // never the secret token.
-func (l *Lease) ID() string { return l.id }
+func (l *Lease) ID() string { return headLease(l.head) }
 
 // Fence returns the fencing token, 0 unless ObtainOptions.Fencing was set.
 // Pass it with every write to the protected resource; the resource rejects
@@ -202,7 +199,7 @@ func (l *Lease) lose(reason string) {
 }
 
 func (l *Lease) event(t event.Type) event.Event {
-	return event.Event{Type: t, Key: l.key, Owner: l.owner, Lease: l.id, TS: time.Now().UnixNano(),
+	return event.Event{Type: t, Key: l.key, Owner: l.owner, Lease: l.ID(), TS: time.Now().UnixNano(),
 		Fence: l.fence, Degraded: l.degraded, TraceID: l.trace, SpanID: l.span}
 }
 
@@ -215,14 +212,14 @@ func (l *Lease) TTL(ctx context.Context) (time.Duration, error) {
 	}
 	var ms int64
 	if l.degraded {
-		d := l.c.local.pttl(l.key, l.token)
+		d := l.c.local.pttl(l.key, headToken(l.head))
 		if d >= 0 {
 			return d, nil
 		}
 		ms = -3
 	} else {
 		var err error
-		if ms, err = l.c.batch.run(ctx, pttlScript, l.keys, l.headArg).Int64(); err != nil {
+		if ms, err = l.c.batch.run(ctx, pttlScript, l.keyArr[:1], l.headArg).Int64(); err != nil {
 			return 0, err
 		}
 	}
@@ -277,9 +274,9 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 
 func (l *Lease) refresh(ctx context.Context, ttl time.Duration) (bool, error) {
 	if l.degraded {
-		return l.c.local.refresh(l.key, l.token, ttl), nil
+		return l.c.local.refresh(l.key, headToken(l.head), ttl), nil
 	}
-	n, err := l.c.batch.run(ctx, refreshScript, l.keys, l.headArg, int64((ttl+time.Millisecond-1)/time.Millisecond)).Int64()
+	n, err := l.c.batch.run(ctx, refreshScript, l.keyArr[:1], l.headArg, int64((ttl+time.Millisecond-1)/time.Millisecond)).Int64()
 	return n == 1, err
 }
 
@@ -320,7 +317,7 @@ func (l *Lease) Release(ctx context.Context) error {
 
 	var ok bool
 	if l.degraded {
-		ok = l.c.local.release(l.key, l.token)
+		ok = l.c.local.release(l.key, headToken(l.head))
 	} else {
 		l.args = [...]any{"evalsha", releaseScript.sha, 1, &l.key, l.headArg, nil, nil}
 		n, err := l.c.batch.runCmd(ctx, releaseScript, scriptCmd(l.args[:5]), nil).Int64()

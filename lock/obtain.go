@@ -88,6 +88,7 @@ func (c *Client) Do(ctx context.Context, key string, ttl time.Duration, opt *Obt
 // it obtains: allocated up front, it holds the commands' arguments.
 type attempt struct {
 	l        *Lease
+	keys     []string // in l: the key, and the fence key when fencing
 	key      string
 	owner    string
 	ttl      time.Duration
@@ -118,13 +119,13 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	}
 	l := &Lease{c: c, key: key, owner: a.owner, ttl: ttl, ttlMs: int64((ttl + time.Millisecond - 1) / time.Millisecond)}
 	a.l = l
-	l.head, l.token, l.id = newHead()
+	l.head = newHead()
 	l.headArg = &l.head
 	l.keyArr[0] = key
-	l.keys = l.keyArr[:1]
+	a.keys = l.keyArr[:1]
 	if o.Fencing {
 		l.keyArr[1] = FenceKey(key)
-		l.keys = l.keyArr[:2]
+		a.keys = l.keyArr[:2]
 	}
 	l.args = [...]any{"set", &l.key, &l.value, "nx", "px", &l.ttlMs, "get"}
 
@@ -148,7 +149,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			// A degraded lease of this process still holds the key: Redis
 			// knows nothing of it, so honour it here.
 			holder, reason, cause = h, event.ReasonHeld, nil
-		} else if len(l.keys) == 1 && !c.batch.noSetGet.Load() {
+		} else if len(a.keys) == 1 && !c.batch.noSetGet.Load() {
 			// Without fencing a native SET does what obtain.lua does (see
 			// batcher.setObtain).
 			first := a.attempts == 1
@@ -159,7 +160,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			switch {
 			case errors.Is(serr, errSetGetUnsupported):
 				c.batch.noSetGet.Store(true)
-				res, err = c.obtainScript(ctx, l, at).Result()
+				res, err = c.obtainScript(ctx, &a, at).Result()
 			case serr != nil:
 				err = serr
 			case ok:
@@ -169,7 +170,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				// the waiting event name the holder), in one atomic read.
 				h, ierr := c.Inspect(ctx, key)
 				switch {
-				case ierr == nil && !h.Foreign && h.Lease == l.id:
+				case ierr == nil && !h.Foreign && h.Lease == l.ID():
 					res = int64(0) // ours: go-redis retried a SET that had run
 				case ierr == nil:
 					holder, reason, cause = h, event.ReasonHeld, nil
@@ -182,7 +183,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				res, ttlUnknown = []any{v, int64(0)}, true
 			}
 		} else {
-			res, err = c.obtainScript(ctx, l, at).Result()
+			res, err = c.obtainScript(ctx, &a, at).Result()
 		}
 		rtt := time.Since(at)
 		if err == nil && res != nil {
@@ -206,7 +207,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 				if o.Fencing {
 					fence = localFence()
 				}
-				v := Value{Token: l.token, Lease: l.id, Fence: fence, Since: at, Owner: a.owner}
+				v := Value{Token: headToken(l.head), Lease: l.ID(), Fence: fence, Since: at, Owner: a.owner}
 				h := c.local.obtain(key, v, ttl)
 				if h == nil {
 					return c.acquired(ctx, detach, &a, &o, at, fence, true), nil, nil
@@ -253,12 +254,13 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 	}
 }
 
-// obtainScript takes l's key with obtain.lua (fencing, or a Redis before
+// obtainScript takes the key with obtain.lua (fencing, or a Redis before
 // 7.0), in an attempt made at at.
-func (c *Client) obtainScript(ctx context.Context, l *Lease, at time.Time) *redis.Cmd {
+func (c *Client) obtainScript(ctx context.Context, a *attempt, at time.Time) *redis.Cmd {
+	l := a.l
 	var tbuf [64]byte
 	tail := string(appendTail(tbuf[:0], at, l.owner))
-	return c.batch.runCmd(ctx, obtainScript, obtainScript.evalSha(l.keys, []any{l.headArg, tail, &l.ttlMs}), l)
+	return c.batch.runCmd(ctx, obtainScript, obtainScript.evalSha(a.keys, []any{l.headArg, tail, &l.ttlMs}), l)
 }
 
 // holderTTL completes a holder seen by a retry's SET ... GET, which does not
@@ -327,7 +329,7 @@ func ended(ctx context.Context) error {
 func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) error {
 	err := &NotObtainedError{Key: a.key, Holder: holder, Reason: reason, Attempts: a.attempts, Wait: time.Since(a.start), Err: cause}
 	if c.rec != nil {
-		e := event.Event{Type: event.Failed, Key: a.key, Owner: a.owner, Lease: a.l.id,
+		e := event.Event{Type: event.Failed, Key: a.key, Owner: a.owner, Lease: a.l.ID(),
 			Wait: err.Wait, Attempts: a.attempts, Reason: reason, TraceID: a.trace, SpanID: a.span}
 		if holder != nil {
 			e.Holder, e.Degraded = holder.Owner, holder.Degraded
@@ -340,7 +342,7 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 // waiting records that the call found the lock held and will retry: once
 // per wait, so that who waits on whom is known while it happens.
 func (c *Client) waiting(ctx context.Context, a *attempt, holder *Holder) {
-	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.l.id, Attempts: 1,
+	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.l.ID(), Attempts: 1,
 		Reason: event.JoinLeases(heldLeases(ctx)), TraceID: a.trace, SpanID: a.span}
 	if holder != nil {
 		e.Holder, e.Degraded = holder.Owner, holder.Degraded
@@ -363,7 +365,7 @@ func heldLeases(ctx context.Context) []string {
 		held := l.state == stateHeld
 		l.mu.Unlock()
 		if held {
-			out = append(out, l.id)
+			out = append(out, l.ID())
 		}
 	}
 	return out
@@ -371,7 +373,6 @@ func heldLeases(ctx context.Context) []string {
 
 func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *ObtainOptions, at time.Time, fence int64, degraded bool) *Lease {
 	l := a.l
-	l.keys = l.keys[:1]
 	l.fence, l.since, l.degraded, l.autoRenew, l.maxHold = fence, at, degraded, o.AutoRenew, o.MaxHold
 	l.validUntil, l.parent, l.detach = at.Add(a.ttl), ctx, detach
 	l.trace, l.span = a.trace, a.span
@@ -380,7 +381,7 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 		// The event's time is the lease's since, the time the value
 		// stored in Redis carries: a collector rebuilding from the value
 		// and one that saw the event show the same acquisition time.
-		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: l.id, TS: at.UnixNano(),
+		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: l.ID(), TS: at.UnixNano(),
 			Wait: time.Since(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded,
 			TraceID: a.trace, SpanID: a.span})
 	}

@@ -68,10 +68,10 @@ func (v Value) head() string { return valueMagic + v.Token + "|" + v.Lease + "|"
 
 func (v Value) tail() string { return string(appendTail(nil, v.Since, v.Owner)) }
 
-// newHead returns the value head "ls1|<token>|<lease>|" of a fresh hold,
-// with its secret token and public lease id as substrings of it (one
-// allocation for all three).
-func newHead() (head, token, lease string) {
+// newHead returns the value head "ls1|<token>|<lease>|" of a fresh hold:
+// one allocation for it, its secret token and its public lease id, which
+// headToken and headLease return as substrings of it.
+func newHead() string {
 	var r [24]byte
 	rand.Read(r[:]) // never fails since Go 1.24
 	const n = len(valueMagic) + 22 + 1 + 16 + 1
@@ -81,9 +81,14 @@ func newHead() (head, token, lease string) {
 	b[len(valueMagic)+22] = '|'
 	hex.Encode(b[len(valueMagic)+23:], r[16:])
 	b[n-1] = '|'
-	head = string(b[:])
-	return head, head[len(valueMagic) : len(valueMagic)+22], head[len(valueMagic)+23 : n-1]
+	return string(b[:])
 }
+
+// headToken returns the secret token of a head made by newHead.
+func headToken(head string) string { return head[len(valueMagic) : len(valueMagic)+22] }
+
+// headLease returns the public lease id of a head made by newHead.
+func headLease(head string) string { return head[len(valueMagic)+23 : len(head)-1] }
 
 // appendTail appends the value tail "|<since ms>|<owner>".
 func appendTail(b []byte, since time.Time, owner string) []byte {

@@ -40,7 +40,8 @@ func TestParseValueForeign(t *testing.T) {
 func TestNewHead(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		head, tok, id := newHead()
+		head := newHead()
+		tok, id := headToken(head), headLease(head)
 		if len(tok) != 22 || len(id) != 16 || strings.ContainsAny(tok+id, "|") || head != valueMagic+tok+"|"+id+"|" {
 			t.Fatalf("newHead() = %q, %q, %q, want 22 and 16 characters without '|'", head, tok, id)
 		}
