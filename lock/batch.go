@@ -48,6 +48,12 @@ type batcher struct {
 	// flusher and wait on their context instead.
 	direct bool
 
+	// epoch starts clock: the tuner's latencies read the monotonic clock
+	// only (time.Since), half the cost of time.Now where the clock source
+	// has no fast path (some 140 against 260 ns on kvm-clock), and a direct
+	// send reads it twice per command.
+	epoch time.Time
+
 	mu       sync.Mutex
 	inflight int // round trips in flight: direct sends and pipelines
 	limit    int // how many may be in flight (tune decides)
@@ -77,7 +83,7 @@ type call struct {
 	script *luaScript
 	obtain *Lease    // an obtain: the hold it takes, which late releases if the caller left
 	get    bool      // the SET obtain carries GET
-	start  time.Time // when the caller queued it
+	start  time.Duration // when the caller queued it (batcher.clock)
 	state  atomic.Int32
 	done   chan struct{} // capacity 1: the flusher never blocks on it
 }
@@ -86,8 +92,11 @@ var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}
 
 func newBatcher(rdb redis.UniversalClient) *batcher {
 	t := newTuner(poolSize(rdb))
-	return &batcher{rdb: rdb, direct: contextTimeouts(rdb), tune: t, limit: t.limit}
+	return &batcher{rdb: rdb, direct: contextTimeouts(rdb), tune: t, limit: t.limit, epoch: time.Now()}
 }
+
+// clock returns the monotonic time since b was made.
+func (b *batcher) clock() time.Duration { return time.Since(b.epoch) }
 
 // poolSize returns how many connections rdb keeps per node: the most round
 // trips in flight worth having, since a direct send beyond it would wait
@@ -199,7 +208,7 @@ var errSetGetUnsupported = errors.New("lock: this Redis does not support SET NX 
 // ended first: c then belongs to the flusher, which hands a late obtain to
 // late.
 func (b *batcher) exchange(ctx context.Context, c *call) bool {
-	c.start = time.Now()
+	c.start = b.clock()
 	b.mu.Lock()
 	// While a round trip is free and nobody queues, a caller sends on its
 	// own goroutine: with few callers each call is a plain round trip on
@@ -210,9 +219,9 @@ func (b *batcher) exchange(ctx context.Context, c *call) bool {
 		b.inflight++
 		b.mu.Unlock()
 		b.send(ctx, c)
-		now := time.Now()
+		now := b.clock()
 		b.mu.Lock()
-		b.limit = b.tune.observe(now, 1, now.Sub(c.start))
+		b.limit = b.tune.observe(b.epoch.Add(now), 1, now-c.start)
 		b.finish()
 		b.mu.Unlock()
 		return true
@@ -280,11 +289,11 @@ func (b *batcher) flush() {
 		// find every round trip taken queue (this flusher's counts), so
 		// the wait captures them only while the limit binds; and not
 		// after a batch of one, whose caller then sends on its own.
-		var start time.Time // read only if there is a wait
+		start := time.Duration(-1) // read only if there is a wait
 		for idle := 0; expect > 1 && len(b.queue) < expect && idle < 2; {
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) >= holdMax {
+			if start < 0 {
+				start = b.clock()
+			} else if b.clock()-start >= holdMax {
 				break
 			}
 			n := len(b.queue)
@@ -305,10 +314,10 @@ func (b *batcher) flush() {
 		b.mu.Unlock()
 
 		b.exec(batch)
-		now := time.Now()
+		now := b.clock()
 		var lat time.Duration
 		for _, c := range batch {
-			lat += now.Sub(c.start) // before the caller may reuse c
+			lat += now - c.start // before the caller may reuse c
 		}
 		for i, c := range batch {
 			batch[i] = nil
@@ -319,7 +328,7 @@ func (b *batcher) flush() {
 			}
 		}
 		b.mu.Lock()
-		b.limit = b.tune.observe(now, len(batch), lat)
+		b.limit = b.tune.observe(b.epoch.Add(now), len(batch), lat)
 		if b.inflight > b.limit {
 			break // the limit went down: the others carry the queue
 		}

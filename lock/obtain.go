@@ -141,7 +141,13 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			return nil, holder, c.fail(&a, holder, ctxReason(ctx), ctx.Err())
 		}
 		a.attempts++
-		at := time.Now()
+		// Reading the clock is not free (some 250 ns where a VM's clock
+		// source has no fast path, as kvm-clock here): the first attempt
+		// starts when the call does.
+		at := a.start
+		if a.attempts > 1 {
+			at = time.Now()
+		}
 		var res any
 		var err error
 		ttlUnknown = false
@@ -185,7 +191,6 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 		} else {
 			res, err = c.obtainScript(ctx, &a, at).Result()
 		}
-		rtt := time.Since(at)
 		if err == nil && res != nil {
 			ok, fence, h, perr := parseObtain(key, res)
 			switch {
@@ -196,6 +201,7 @@ func (c *Client) obtain(ctx context.Context, detach bool, key string, ttl time.D
 			}
 			holder, reason, cause = h, event.ReasonHeld, nil
 		}
+		rtt := time.Since(at) // the attempt's round trips: read only when it failed
 		if err != nil {
 			if cerr := ended(ctx); cerr != nil {
 				// The script may have run: free the key if it did.
