@@ -29,6 +29,7 @@ type blockingRow struct {
 	Waiters       string
 	WaitSeconds   string
 	HolderWaits   bool
+	Trace         *traceRef // of the hold
 }
 
 type chainView struct {
@@ -40,6 +41,7 @@ type chainLinkView struct {
 	Owner, OwnerT string
 	WaitsFor      *keyCell // nil for the final holder
 	Waiting       string
+	Trace         *traceRef // of the wait (of the hold, for the final holder)
 }
 
 // blockingPage is GET /blocking: holders ranked by the waiters they cause,
@@ -50,7 +52,8 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 	v := blockingView{Page: s.page(r, "Blocking", "blocking"), Waiters: fmtCount(b.Waiters)}
 	for _, h := range b.Holders {
 		row := blockingRow{Key: newKeyCell(h.Key), Class: classText(h.Class), Waiters: fmtCount(h.Waiters),
-			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting, HeldFor: "—"}
+			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting, HeldFor: "—",
+			Trace: s.traceRef(h.Trace)}
 		row.Owner, row.OwnerT = ownerText(h.Owner)
 		if !h.Since.IsZero() {
 			row.HeldFor = fmtDuration(now.Sub(h.Since).Truncate(time.Second))
@@ -60,7 +63,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 	for _, c := range b.Chains {
 		cv := chainView{Cycle: c.Cycle}
 		for _, l := range c.Links {
-			lv := chainLinkView{}
+			lv := chainLinkView{Trace: s.traceRef(l.Trace)}
 			lv.Owner, lv.OwnerT = ownerText(l.Owner)
 			if l.WaitsFor != "" {
 				k := newKeyCell(l.WaitsFor)
@@ -85,6 +88,7 @@ type apiBlockingHolder struct {
 	Waiters     int        `json:"waiters"`
 	WaitSeconds float64    `json:"wait_seconds"`
 	Waiting     bool       `json:"holder_waits_too"`
+	TraceID     string     `json:"trace_id,omitempty"` // of the call that obtained the hold
 	Href        string     `json:"href"`
 }
 
@@ -94,6 +98,7 @@ type apiChainLink struct {
 	Lease    string     `json:"lease,omitempty"`
 	WaitsFor *string    `json:"waits_for"` // null: the holder at the end of the chain
 	Since    *time.Time `json:"since,omitempty"`
+	TraceID  string     `json:"trace_id,omitempty"` // the waiting call's (the final holder's: its hold's)
 }
 
 type apiCycleMember struct {
@@ -103,6 +108,7 @@ type apiCycleMember struct {
 	Holds    string    `json:"holds"`
 	WaitsFor string    `json:"waits_for"`
 	Since    time.Time `json:"waiting_since"`
+	TraceID  string    `json:"trace_id,omitempty"` // the waiting call's
 }
 
 type apiBlocking struct {
@@ -122,12 +128,12 @@ func (s *server) apiBlocking(w http.ResponseWriter, r *http.Request) {
 	v := apiBlocking{At: b.At.UTC(), Waiters: b.Waiters, Holders: make([]apiBlockingHolder, 0, len(b.Holders)), Deadlocks: make([][]apiCycleMember, 0, len(b.Cycles))}
 	for _, h := range b.Holders {
 		v.Holders = append(v.Holders, apiBlockingHolder{Key: h.Key, KeyB64: keytext.B64IfInvalid(h.Key), Class: h.Class, Owner: h.Owner, OwnerB64: keytext.B64IfInvalid(h.Owner),
-			Lease: h.Lease, Since: lockjson.Time(h.Since), Waiters: h.Waiters, WaitSeconds: h.WaitSeconds, Waiting: h.Waiting, Href: apiLockPath(h.Key)})
+			Lease: h.Lease, Since: lockjson.Time(h.Since), Waiters: h.Waiters, WaitSeconds: h.WaitSeconds, Waiting: h.Waiting, TraceID: h.Trace.String(), Href: apiLockPath(h.Key)})
 	}
 	for _, c := range b.Chains {
 		var links []apiChainLink
 		for _, l := range c.Links {
-			link := apiChainLink{Owner: l.Owner, OwnerB64: keytext.B64IfInvalid(l.Owner), Lease: l.Lease, Since: lockjson.Time(l.Since)}
+			link := apiChainLink{Owner: l.Owner, OwnerB64: keytext.B64IfInvalid(l.Owner), Lease: l.Lease, Since: lockjson.Time(l.Since), TraceID: l.Trace.String()}
 			if l.WaitsFor != "" {
 				k := l.WaitsFor
 				link.WaitsFor = &k
@@ -142,7 +148,7 @@ func (s *server) apiBlocking(w http.ResponseWriter, r *http.Request) {
 	for _, c := range b.Cycles {
 		var ms []apiCycleMember
 		for _, m := range c.Members {
-			ms = append(ms, apiCycleMember{Owner: m.Owner, OwnerB64: keytext.B64IfInvalid(m.Owner), Lease: m.Lease, Holds: m.Holds, WaitsFor: m.WaitsFor, Since: m.Since.UTC()})
+			ms = append(ms, apiCycleMember{Owner: m.Owner, OwnerB64: keytext.B64IfInvalid(m.Owner), Lease: m.Lease, Holds: m.Holds, WaitsFor: m.WaitsFor, Since: m.Since.UTC(), TraceID: m.Trace.String()})
 		}
 		v.Deadlocks = append(v.Deadlocks, ms)
 	}

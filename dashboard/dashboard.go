@@ -57,6 +57,11 @@ type Options struct {
 	HotKeys int
 	// PageSize is the keys page's rows per page; 0 means 50.
 	PageSize int
+	// TraceURL turns the trace ids shown on the key page and on /blocking
+	// into links: an http or https URL in which {trace_id} is replaced by
+	// the id's 32 hex digits (https://tempo.example.com/trace/{trace_id}).
+	// "" shows the ids as text.
+	TraceURL string
 }
 
 // server holds what handlers share.
@@ -102,6 +107,11 @@ func New(q Querier, rel Releaser, opt *Options) (http.Handler, error) {
 	}
 	if s.opt.PageSize <= 0 {
 		s.opt.PageSize = 50
+	}
+	if s.opt.TraceURL != "" {
+		if err := CheckTraceURL(s.opt.TraceURL); err != nil {
+			return nil, fmt.Errorf("dashboard: %w", err)
+		}
 	}
 
 	cop := http.NewCrossOriginProtection()

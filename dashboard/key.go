@@ -59,6 +59,7 @@ type holderView struct {
 	Passive     bool
 	Stuck       bool
 	Waiters     string
+	Trace       *traceRef // of the call that obtained the hold; nil if none or unknown
 }
 
 type eventRow struct {
@@ -69,6 +70,7 @@ type eventRow struct {
 	Owner  string
 	OwnerT string
 	Detail string
+	Trace  *traceRef
 }
 
 // waiterRow is one caller waiting for a key now.
@@ -79,6 +81,7 @@ type waiterRow struct {
 	SinceTitle    string // absolute time, on hover
 	Deadline      string
 	Holds         string // leases it holds while waiting
+	Trace         *traceRef
 }
 
 func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
@@ -137,6 +140,9 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 		v.Redis.Passive = d.Passive
 		v.Redis.Fingerprint = "" // shown on the confirmation, where it matters
 		sinceFromCollector(v.Redis, rh, d.LockInfo, now)
+		if d.Held && d.Lease == rh.Lease {
+			v.Redis.Trace = s.traceRef(d.Trace) // the hold the collector saw begin
+		}
 	}
 	switch {
 	case d.Stuck:
@@ -178,10 +184,13 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 	}
 	v.Timeline = newTimeline(d.Recent, now, holder)
 	for _, x := range d.WaitersNow {
-		v.Waiters = append(v.Waiters, newWaiterRow(x, now))
+		row := newWaiterRow(x, now)
+		row.Trace = s.traceRef(x.Trace)
+		v.Waiters = append(v.Waiters, row)
 	}
 	for _, e := range d.Recent[:min(len(d.Recent), eventRows)] {
-		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), AgoAt: fmtAbs(e.Time()), Type: e.Type.String(), Detail: eventDetail(e)}
+		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), AgoAt: fmtAbs(e.Time()), Type: e.Type.String(), Detail: eventDetail(e),
+			Trace: s.traceRef(e.TraceID)}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
 		v.Events = append(v.Events, row)
 	}
@@ -199,6 +208,7 @@ func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 		Passive:  l.Passive,
 		Stuck:    l.Stuck,
 		Waiters:  fmtCount(l.Waiters),
+		Trace:    s.traceRef(l.Trace),
 	}
 	h.OwnerT, h.Owner = ownerText(l.Owner)
 	if !l.Since.IsZero() {
@@ -364,6 +374,7 @@ type apiEvent struct {
 	ByB64     string    `json:"by_b64,omitempty"`
 	Degraded  bool      `json:"degraded,omitempty"`
 	Passive   bool      `json:"passive,omitempty"`
+	TraceID   string    `json:"trace_id,omitempty"` // the emitting call's trace, 32 hex digits
 }
 
 type apiWaiter struct {
@@ -379,12 +390,13 @@ type apiWaiter struct {
 	Waiting   float64   `json:"waiting_seconds"`
 	Deadline  time.Time `json:"deadline"`
 	Holds     []string  `json:"holds_leases"`
+	TraceID   string    `json:"trace_id,omitempty"` // the waiting call's trace
 }
 
 func newAPIWaiter(x state.Waiter, now time.Time) apiWaiter {
 	return apiWaiter{Key: x.Key, KeyB64: keytext.B64IfInvalid(x.Key), Class: x.Class, Owner: x.Owner, OwnerB64: keytext.B64IfInvalid(x.Owner),
 		Lease: x.Lease, Holder: x.Holder, HolderB64: keytext.B64IfInvalid(x.Holder), Since: x.Since.UTC(),
-		Waiting: seconds(max(now.Sub(x.Since), 0)), Deadline: x.Deadline.UTC(), Holds: nonNil(x.Holds)}
+		Waiting: seconds(max(now.Sub(x.Since), 0)), Deadline: x.Deadline.UTC(), Holds: nonNil(x.Holds), TraceID: x.Trace.String()}
 }
 
 // apiLock is GET /api/v1/locks/{key}: the collector's view plus Redis's
@@ -444,7 +456,7 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 			Type: e.Type.String(), Owner: e.Owner, OwnerB64: keytext.B64IfInvalid(e.Owner), Lease: e.Lease, At: e.Time().UTC(),
 			Wait: seconds(e.Wait), Hold: seconds(e.Hold), TTL: seconds(e.TTL), Attempts: e.Attempts, Fence: e.Fence,
 			Reason: e.Reason, Holder: e.Holder, HolderB64: keytext.B64IfInvalid(e.Holder), By: e.By, ByB64: keytext.B64IfInvalid(e.By),
-			Degraded: e.Degraded, Passive: e.Passive,
+			Degraded: e.Degraded, Passive: e.Passive, TraceID: e.TraceID.String(),
 		})
 	}
 	writeJSON(w, r, http.StatusOK, v)

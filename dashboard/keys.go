@@ -268,6 +268,7 @@ type apiLockInfo struct {
 	WaitTotal    float64    `json:"wait_total_seconds"`
 	HoldTotal    float64    `json:"hold_total_seconds"`
 	LastEvent    *time.Time `json:"last_event,omitempty"`
+	TraceID      string     `json:"trace_id,omitempty"` // of the call that obtained the current (or last) hold
 	Href         string     `json:"href"`
 }
 
@@ -279,7 +280,7 @@ func newAPILockInfo(l state.LockInfo, now time.Time) apiLockInfo {
 		Fence: l.Fence, Waiters: l.Waiters, Stuck: l.Stuck, Degraded: l.Degraded, Passive: l.Passive, NoExpiry: l.NoExpiry(),
 		Acquisitions: l.Acquisitions, Contentions: l.Contentions, Failures: l.Failures,
 		WaitTotal: seconds(l.WaitTotal), HoldTotal: seconds(l.HoldTotal), LastEvent: lockjson.Time(l.LastEvent),
-		Href: apiLockPath(l.Key),
+		TraceID: l.Trace.String(), Href: apiLockPath(l.Key),
 	}
 	if i.NoExpiry {
 		i.TTL = -1

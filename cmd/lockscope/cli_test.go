@@ -51,6 +51,8 @@ func TestBadUsageExits2WithOneLine(t *testing.T) {
 		{"bad class rule", nil, []string{"serve", "--class", "=x"}, "lockscope serve: ", `invalid class rule "=x"`},
 		{"bad watch kind", []string{"LOCKSCOPE_WATCH=lock:*=tll"}, []string{"serve"}, "lockscope serve: ", `--watch (LOCKSCOPE_WATCH): watch rule "lock:*=tll": unknown kind "tll"`},
 		{"user without password", []string{"LOCKSCOPE_OPERATOR_USER=ana"}, []string{"serve"}, "lockscope serve: ", "LOCKSCOPE_OPERATOR_USER needs LOCKSCOPE_OPERATOR_PASSWORD"},
+		{"trace url without id", nil, []string{"serve", "--trace-url", "https://tempo.example.com/trace/"}, "lockscope serve: ", "--trace-url (LOCKSCOPE_TRACE_URL): trace URL must contain {trace_id}"},
+		{"trace url not http", []string{"LOCKSCOPE_TRACE_URL=javascript:alert('{trace_id}')"}, []string{"demo"}, "lockscope demo: ", "--trace-url (LOCKSCOPE_TRACE_URL): trace URL must be http:// or https://"},
 		{"bad redis url", nil, []string{"inspect", "--redis", "http://x", "k"}, "lockscope inspect: ", "invalid Redis URL"},
 	}
 	for _, tt := range tests {

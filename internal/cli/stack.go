@@ -81,12 +81,14 @@ type dashboardConfig struct {
 	requireAuthForRead bool
 	trustedOrigins     []string
 	allowedHosts       []string
+	traceURL           string
 }
 
 func (c *dashboardConfig) define(f *flagSet) {
 	f.Bool(&c.requireAuthForRead, "require-auth-for-read", "LOCKSCOPE_REQUIRE_AUTH_FOR_READ", false, "pages and the GET API need operator credentials too (default: reading is open)")
 	f.List(&c.allowedHosts, "allowed-host", "LOCKSCOPE_ALLOWED_HOSTS", nil, "host names the dashboard answers to (name, *.domain, or * for any); others get 421, against DNS rebinding; IP addresses always pass (default: localhost, the listen host if a name, this machine's name when listening on every interface)")
 	f.List(&c.trustedOrigins, "trusted-origin", "LOCKSCOPE_TRUSTED_ORIGINS", nil, "origins (https://locks.example.com) allowed to POST besides the request's own host, for reverse proxies")
+	f.String(&c.traceURL, "trace-url", "LOCKSCOPE_TRACE_URL", "", "link the trace ids on the key page and /blocking into your tracing backend: an http(s) URL with {trace_id} where the id goes (https://tempo.example.com/trace/{trace_id}); default: ids shown as text")
 }
 
 // validate checks the operator settings before anything connects.
@@ -101,6 +103,11 @@ func (c *stackConfig) validate() error {
 		return &Error{Code: ExitUsage, Err: errors.New("--require-auth-for-read needs operator credentials (LOCKSCOPE_OPERATOR_USER and _PASSWORD, or _TOKEN)")}
 	case h.readTimeout <= 0:
 		return &Error{Code: ExitUsage, Err: errors.New("--read-timeout must be positive (LOCKSCOPE_READ_TIMEOUT)")}
+	}
+	if u := c.dashboard.traceURL; u != "" {
+		if err := dashboard.CheckTraceURL(u); err != nil {
+			return &Error{Code: ExitUsage, Err: fmt.Errorf("--trace-url (LOCKSCOPE_TRACE_URL): %w", err)}
+		}
 	}
 	_, err := c.collector.aggregatorConfig()
 	return err
@@ -218,6 +225,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		Tokens:             tokens,
 		RequireAuthForRead: cfg.dashboard.requireAuthForRead,
 		TrustedOrigins:     cfg.dashboard.trustedOrigins,
+		TraceURL:           cfg.dashboard.traceURL,
 		AllowedHosts:       allowedHosts,
 		AuthFailures:       authFailures.Inc,
 		Ping:               func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
