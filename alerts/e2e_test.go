@@ -3,22 +3,17 @@ package alerts
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +25,6 @@ import (
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/promqltest"
 	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -280,13 +274,13 @@ func quoteAll(ss []string) string {
 }
 
 // prometheusServer is a running Prometheus server.
-type prometheusServer struct {
-	base string
-	out  *syncbuf.Buffer
-}
+type prometheusServer struct{ *promqltest.Server }
 
-func (p *prometheusServer) logs() string {
-	return "prometheus output:\n" + p.out.String()
+func (p *prometheusServer) logs() string { return p.Logs() }
+
+func (p *prometheusServer) get(t *testing.T, path string, data any) {
+	t.Helper()
+	p.Get(t, path, data)
 }
 
 // startPrometheus runs /usr/bin/prometheus on a free loopback port,
@@ -294,9 +288,7 @@ func (p *prometheusServer) logs() string {
 // shipped rules (with testFor) every second.
 func startPrometheus(t *testing.T, targets ...string) *prometheusServer {
 	t.Helper()
-	bin := promqltest.Binary(t, "prometheus")
 	dir := t.TempDir()
-
 	rules := promqltest.ReadRules(t, rulesFile)
 	for gi := range rules.Groups {
 		for ri := range rules.Groups[gi].Rules {
@@ -321,77 +313,7 @@ scrape_configs:
 		t.Fatal(err)
 	}
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
-	out := &syncbuf.Buffer{}
-	cmd := exec.Command(bin,
-		"--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
-		"--log.level=warn",
-	)
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	p := &prometheusServer{base: "http://" + addr, out: out}
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(p.base + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("prometheus exited: %v\n%s", err, p.logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready at %s after 15s: %v\n%s", p.base, err, p.logs())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func (p *prometheusServer) get(t *testing.T, path string, data any) {
-	t.Helper()
-	resp, err := http.Get(p.base + path)
-	if err != nil {
-		t.Fatalf("GET %s: %v\n%s", path, err, p.logs())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	var env struct {
-		Status string          `json:"status"`
-		Error  string          `json:"error"`
-		Data   json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(b, &env); err != nil || env.Status != "success" {
-		t.Fatalf("GET %s = %s %s, want status success (%v)", path, resp.Status, b, errors.Join(err, errors.New(env.Error)))
-	}
-	if err := json.Unmarshal(env.Data, data); err != nil {
-		t.Fatalf("GET %s: decode %s: %v", path, env.Data, err)
-	}
+	return &prometheusServer{promqltest.StartServer(t, filepath.Join(dir, "prometheus.yml"))}
 }
 
 type alert struct {
