@@ -2,12 +2,14 @@ package dashboard
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +35,10 @@ const chromiumPath = "/usr/bin/chromium"
 // path (lock.Client → Emitter → Redis stream → collector → dashboard), then
 // drives headless Chromium: the overview shows the hot key, a click opens
 // its detail, and a forced release with a reason deletes the Redis key while
-// the renewing holder sees the loss. It saves docs/dashboard.png.
+// the renewing holder sees the loss. It saves docs/dashboard.png. Every
+// lock call runs in a trace (Options.TraceContext), and the dashboard links
+// trace ids to a tracing backend (Options.TraceURL): docs/blocking.png
+// shows the links.
 func TestEndToEndBrowser(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Fatalf("headless browser needed for the end-to-end test: %v (apt-get install chromium)", err)
@@ -47,7 +52,7 @@ func TestEndToEndBrowser(t *testing.T) {
 
 	// The real event path.
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{FlushInterval: 20 * time.Millisecond})
-	lc := lock.New(rdb, &lock.Options{Owner: "e2e", Recorder: em})
+	lc := lock.New(rdb, &lock.Options{Owner: "e2e", Recorder: em, TraceContext: e2eTraceOf})
 	// The aggregator's clock is shifted into the past while a history is
 	// applied, so the overview's sparklines have ten minutes to draw; the
 	// live workload below, not this history, is what the test checks.
@@ -68,7 +73,7 @@ func TestEndToEndBrowser(t *testing.T) {
 	}()
 
 	const token = "e2e-token"
-	h, err := New(agg, lc, &Options{Token: token, TokenOperator: "oncall-ana"})
+	h, err := New(agg, lc, &Options{Token: token, TokenOperator: "oncall-ana", TraceURL: e2eTraceURL})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -109,7 +114,7 @@ func TestEndToEndBrowser(t *testing.T) {
 			owner := owners[i%3]
 			for workCtx.Err() == nil {
 				key := keys[min(rng.IntN(8), len(keys)-1)] // skewed to the last key
-				octx, cancel := context.WithTimeout(workCtx, 250*time.Millisecond)
+				octx, cancel := context.WithTimeout(e2eTrace(workCtx, e2eRandomTrace()), 250*time.Millisecond)
 				l, err := lc.Obtain(octx, key, 2*time.Second, &lock.ObtainOptions{Owner: owner, Retry: lock.LinearBackoff(5 * time.Millisecond)})
 				cancel()
 				if err == nil {
@@ -205,7 +210,10 @@ func TestEndToEndBrowser(t *testing.T) {
 	// shows every part of the overview, then save it.
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](
 		`document.querySelectorAll('[data-testid="stuck-row"]').length > 0 && document.querySelectorAll('[data-testid="expiration-row"]').length > 0`,
-		chromedp.WithPollingTimeout(8*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
+		// No bound but the test's: how soon the collector's scan declares
+		// the expiry is not what this test is about, and a loaded host
+		// delays it.
+		chromedp.WithPollingTimeout(0), chromedp.WithPollingInterval(100*time.Millisecond)))
 	must(t, "stuck lock and expiration on the overview", err)
 	shot, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 	must(t, "screenshot", err)
@@ -278,10 +286,13 @@ func TestEndToEndBrowser(t *testing.T) {
 	both := make(chan struct{})
 	var dl, dlReady sync.WaitGroup
 	dlReady.Add(2)
+	// Each service's request is a trace of its own.
+	traces := map[string]event.TraceID{"payments-api": mustTrace(t, "4bf92f3577b34da6a3ce929d0e0e4736"), "ledger-sync": mustTrace(t, "0af7651916cd43dd8448eb211c80319c")}
 	for _, p := range [][3]string{{"payments-api/ip-10-0-5-1/12", ledger, account}, {"ledger-sync/ip-10-0-5-2/40", account, ledger}} {
+		tr := traces[strings.Split(p[0], "/")[0]]
 		dl.Go(func() {
-			c := lock.New(rdb, &lock.Options{Owner: p[0], Recorder: em})
-			c.Do(ctx, p[1], 10*time.Second, nil, func(ctx context.Context) error {
+			c := lock.New(rdb, &lock.Options{Owner: p[0], Recorder: em, TraceContext: e2eTraceOf})
+			c.Do(e2eTrace(ctx, tr), p[1], 10*time.Second, nil, func(ctx context.Context) error {
 				dlReady.Done()
 				<-both
 				wctx, cancel := context.WithTimeout(ctx, 6*time.Second)
@@ -303,11 +314,25 @@ func TestEndToEndBrowser(t *testing.T) {
 		t.Fatalf("deadlock not shown on /blocking within 4 s: %v\n%s", err, body)
 	}
 	t.Logf("deadlock shown in the browser %v after it formed", time.Since(formed).Round(time.Millisecond))
+	// Each holder links to the trace that holds its lock, and each link
+	// of the cycle to its wait's trace: the same request's.
+	links, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('[data-testid="blocking-row"]')].filter(r => r.textContent.includes("payments:")).map(r => r.querySelector('[data-testid="blocking-key"]').textContent + " " + (r.querySelector('[data-testid="blocking-trace-link"]') || {}).href)`))
+	must(t, "read the holders' trace links", err)
+	slices.Sort(links)
+	wantLinks := []string{account + " " + e2eTraceLink(traces["ledger-sync"]), ledger + " " + e2eTraceLink(traces["payments-api"])}
+	if !slices.Equal(links, wantLinks) {
+		t.Errorf("/blocking holders' trace links = %q, want %q", links, wantLinks)
+	}
 	saveShot(t, bctx, "blocking")
 	must(t, "open a deadlocked key", chromedp.Do(bctx, chromedp.Navigate(ts.URL+keyPath(ledger))))
 	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`document.querySelectorAll('[data-testid="waiter-row"]').length === 1 && document.querySelector('[data-testid="waiter-row"]').textContent.includes("ledger-sync")`,
 		chromedp.WithPollingTimeout(3*time.Second), chromedp.WithPollingInterval(100*time.Millisecond)))
 	must(t, "the key page lists its waiter", err)
+	keyLinks, err := chromedp.Run(bctx, chromedp.Evaluate[[]string](`["holder-trace-link", "waiter-trace-link"].map(id => (document.querySelector('[data-testid="' + id + '"]') || {}).href)`))
+	must(t, "read the key page's trace links", err)
+	if want := []string{e2eTraceLink(traces["payments-api"]), e2eTraceLink(traces["ledger-sync"])}; !slices.Equal(keyLinks, want) {
+		t.Errorf("%s: holder's and waiter's trace links = %q, want %q", ledger, keyLinks, want)
+	}
 	dl.Wait()
 
 	if os.Getenv("LOCKSCOPE_SHOTS") != "" {
@@ -321,6 +346,46 @@ func TestEndToEndBrowser(t *testing.T) {
 		t.Errorf("browser console reported problems:\n%s", strings.Join(problems, "\n"))
 	}
 	t.Logf("end-to-end test took %v", time.Since(testStart).Round(time.Millisecond))
+}
+
+// e2eTraceURL is the tracing backend the walk's dashboard links to.
+const e2eTraceURL = "https://tempo.example.com/trace/{trace_id}"
+
+func e2eTraceLink(tr event.TraceID) string {
+	return strings.ReplaceAll(e2eTraceURL, "{trace_id}", tr.String())
+}
+
+type e2eTraceKey struct{}
+
+// e2eTrace returns ctx in the trace tr: the walk's stand-in for an
+// application's OpenTelemetry span, read by e2eTraceOf.
+func e2eTrace(ctx context.Context, tr event.TraceID) context.Context {
+	return context.WithValue(ctx, e2eTraceKey{}, tr)
+}
+
+// e2eTraceOf is the walk's lock.Options.TraceContext.
+func e2eTraceOf(ctx context.Context) (event.TraceID, event.SpanID) {
+	tr, ok := ctx.Value(e2eTraceKey{}).(event.TraceID)
+	if !ok {
+		return event.TraceID{}, event.SpanID{}
+	}
+	return tr, event.SpanID{0: 0x51, 7: 1}
+}
+
+func e2eRandomTrace() event.TraceID {
+	var tr event.TraceID
+	binary.BigEndian.PutUint64(tr[:8], rand.Uint64()|1)
+	binary.BigEndian.PutUint64(tr[8:], rand.Uint64())
+	return tr
+}
+
+func mustTrace(t *testing.T, s string) event.TraceID {
+	t.Helper()
+	tr, ok := event.ParseTraceID(s)
+	if !ok {
+		t.Fatalf("ParseTraceID(%q) failed", s)
+	}
+	return tr
 }
 
 // historyStart is how far back history begins.
