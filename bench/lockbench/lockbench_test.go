@@ -18,6 +18,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
@@ -66,9 +67,10 @@ type lib struct {
 }
 
 var libs = []lib{
-	{"lockscope-events", newLockscope(true)},
-	{"lockscope-events-deadline", newDeadline(newLockscope(true))},
-	{"lockscope", newLockscope(false)},
+	{"lockscope-events", newLockscope(true, false)},
+	{"lockscope-events-traced", newLockscope(true, true)},
+	{"lockscope-events-deadline", newDeadline(newLockscope(true, false))},
+	{"lockscope", newLockscope(false, false)},
 	{"redislock", newRedislock},
 	{"redsync", newRedsync},
 	{"plain", newPlain},
@@ -82,7 +84,10 @@ type lockscopeCycler struct {
 	waiting *lock.ObtainOptions
 }
 
-func newLockscope(events bool) func(*redis.Client) cycler {
+// newLockscope is our client, with an emitter if events, and with a
+// TraceContext hook (every call in one trace) if traced: the cost of
+// trace ids in every event.
+func newLockscope(events, traced bool) func(*redis.Client) cycler {
 	return func(rdb *redis.Client) cycler {
 		c := &lockscopeCycler{
 			once:    &lock.ObtainOptions{},
@@ -94,6 +99,11 @@ func newLockscope(events bool) func(*redis.Client) cycler {
 			// server; trimmed so a long run does not fill Redis's memory.
 			c.em = lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, MaxLen: 1000})
 			opt.Recorder = c.em
+		}
+		if traced {
+			opt.TraceContext = func(context.Context) (event.TraceID, event.SpanID) {
+				return event.TraceID{0: 0x4b, 15: 1}, event.SpanID{0: 0x51, 7: 1}
+			}
 		}
 		c.c = lock.New(rdb, opt)
 		return c
