@@ -51,6 +51,21 @@
 // passes fn the lease's context (cancelled the moment the lock is known lost;
 // FromContext returns the lease, for its fence) and releases afterwards.
 //
+// # Lease headroom
+//
+// A renewal that lands with little of the TTL left is the warning sign of a
+// lease about to lapse under a holder that is still working (GC pauses, CPU
+// starvation, a slow Redis). Every renewal measures what was left
+// (Lease.Headroom, the renewed event's headroom), and ObtainOptions.AtRisk
+// warns the caller while there is still time: when less than AtRiskBelow of
+// the TTL is left and no renewal has landed.
+//
+//	err := client.Do(ctx, key, 30*time.Second, &lock.ObtainOptions{
+//		AtRisk: func(l *lock.Lease, left time.Duration) {
+//			log.Printf("lock %s: %v left and no renewal yet: finishing up", l.Key(), left)
+//		},
+//	}, work)
+//
 // # Fencing
 //
 // A lock alone cannot protect a resource against a holder that paused (GC,
@@ -88,7 +103,8 @@
 // With Options.Recorder set, the client records acquired (wait, attempts,
 // ttl, fence), failed (reason timeout, canceled, error or held; holder),
 // released (hold; reason not_owner if the key was no longer the lease's),
-// renewed (ttl), renew_failed, lost (reason not_owner, max_hold or error) and
+// renewed (ttl; headroom, the TTL left when the renewal landed: see
+// Lease.Headroom), renew_failed, lost (reason not_owner, max_hold or error) and
 // forced events. Events carry the public lease id, never the token. With a
 // nil Recorder no event is built.
 //

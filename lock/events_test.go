@@ -78,6 +78,12 @@ func TestEventFields(t *testing.T) {
 			if e.Hold <= 0 || e.Hold > 2*time.Second {
 				t.Errorf("event %d (%v) Hold = %v, want in (0, 2s]", i, e.Type, e.Hold)
 			}
+		case event.Renewed:
+			// What was left of the obtain's 1 s TTL (TestRefreshHeadroom
+			// bounds it precisely).
+			if e.Headroom <= 0 || e.Headroom > time.Second {
+				t.Errorf("event %d (%v) Headroom = %v, want in (0, 1s]", i, e.Type, e.Headroom)
+			}
 		}
 	}
 	// The failed event carries the lease id the refused try would have had.
@@ -87,7 +93,7 @@ func TestEventFields(t *testing.T) {
 		}
 		want[1].Lease = got[1].Lease
 	}
-	ignore := cmpopts.IgnoreFields(event.Event{}, "TS", "Wait", "Hold")
+	ignore := cmpopts.IgnoreFields(event.Event{}, "TS", "Wait", "Hold", "Headroom")
 	if d := cmp.Diff(want, got, ignore); d != "" {
 		t.Errorf("events (-want +got):\n%s", d)
 	}

@@ -28,6 +28,8 @@ type Lease struct {
 	maxHold   time.Duration
 	trace     event.TraceID // of the obtain's ctx: every event of the hold carries it
 	span      event.SpanID
+	atRisk    func(*Lease, time.Duration) // ObtainOptions.AtRisk
+	riskFrac  float64                     // ObtainOptions.AtRiskBelow (defaulted)
 
 	mu         sync.Mutex
 	ttl        time.Duration
@@ -41,6 +43,8 @@ type Lease struct {
 	cancel     context.CancelCauseFunc
 	expiry     *time.Timer   // without renewal: marks the lease lost at validUntil
 	stop       chan struct{} // closed to end the renewal
+	headroom   time.Duration // what the last renewal left (see renewed); 0 before the first
+	warn       *time.Timer   // with atRisk: fires when validUntil is close and no renewal has moved it
 
 	// The obtain's and the release's commands are built in args: go-redis
 	// writes a *string or *int64 argument as the value it points to, and a
@@ -169,6 +173,9 @@ func (l *Lease) end() {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
+	if l.warn != nil {
+		l.warn.Stop()
+	}
 	if l.stop != nil {
 		close(l.stop)
 		l.stop = nil
@@ -268,7 +275,7 @@ func (l *Lease) Refresh(ctx context.Context, ttl time.Duration) error {
 		l.lose(event.ReasonNotOwner)
 		return l.Err()
 	}
-	l.renewed(at, ttl)
+	l.renewed(at, time.Now(), ttl)
 	return nil
 }
 
@@ -280,21 +287,85 @@ func (l *Lease) refresh(ctx context.Context, ttl time.Duration) (bool, error) {
 	return n == 1, err
 }
 
-// renewed records a successful refresh sent at at.
-func (l *Lease) renewed(at time.Time, ttl time.Duration) {
+// renewed records a successful refresh sent at at, whose reply came at
+// reply, and the headroom it had: the TTL left when it landed.
+//
+// The conservative figure is what matters, by the local monotonic clock:
+// the key's expiry was set when the previous write landed, no earlier than
+// it was sent, so it lies at or after validUntil (that send + its TTL); this
+// refresh landed at the latest when its reply came. validUntil - reply is
+// therefore at most what was left. A renewal that succeeded with nothing
+// provably left (a round trip longer than the headroom) reports 1ns, the
+// least headroom the wire can carry (0 means unknown).
+func (l *Lease) renewed(at, reply time.Time, ttl time.Duration) {
 	l.mu.Lock()
+	headroom := max(l.validUntil.Sub(reply), time.Nanosecond)
 	if l.state == stateHeld {
 		l.ttl = ttl
 		l.validUntil = at.Add(ttl)
+		l.headroom = headroom
 		if l.expiry != nil {
 			l.expiry.Reset(time.Until(l.validUntil))
 		}
+		l.armWarn()
 	}
 	l.mu.Unlock()
 	if l.c.rec != nil {
 		e := l.event(event.Renewed)
 		e.TTL = ttl
+		e.Headroom = headroom
 		l.c.record(e)
+	}
+}
+
+// Headroom returns the TTL that was left when the last renewal (automatic
+// or Refresh) landed, measured conservatively by the local clock (from
+// when the previous write was sent to when this one's reply came); 0 before
+// the first renewal. It is the figure the renewal's event carries
+// and lockscope_renewal_headroom_seconds observes: a lease renewed every
+// ttl/3 normally lands with about two thirds of its TTL left; much less
+// means the renewal ran late (GC pauses, CPU starvation, a slow Redis).
+func (l *Lease) Headroom() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.headroom
+}
+
+// DefaultAtRiskBelow is ObtainOptions.AtRiskBelow's default: a quarter of
+// the TTL.
+const DefaultAtRiskBelow = 0.25
+
+// riskBelow is the headroom under which the lease is at risk, for the TTL
+// last set. l.mu is held.
+func (l *Lease) riskBelow() time.Duration { return time.Duration(float64(l.ttl) * l.riskFrac) }
+
+// armWarn (re)starts the timer that calls atRisk when validUntil comes
+// within riskBelow and no renewal has moved it. l.mu is held.
+func (l *Lease) armWarn() {
+	if l.atRisk == nil || l.state != stateHeld {
+		return
+	}
+	d := time.Until(l.validUntil.Add(-l.riskBelow()))
+	if l.warn == nil {
+		l.warn = time.AfterFunc(d, l.onWarn)
+		return
+	}
+	l.warn.Reset(d)
+}
+
+func (l *Lease) onWarn() {
+	l.mu.Lock()
+	now := time.Now()
+	left := l.validUntil.Sub(now)
+	below := l.riskBelow()
+	fire := l.state == stateHeld && left <= below && left > 0
+	if l.state == stateHeld && left > below {
+		// A renewal moved validUntil after this timer fired.
+		l.warn.Reset(left - below)
+	}
+	l.mu.Unlock()
+	if fire {
+		l.atRisk(l, left)
 	}
 }
 

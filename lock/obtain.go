@@ -29,6 +29,22 @@ type ObtainOptions struct {
 	Fencing bool
 	// Owner overrides Options.Owner for this lock.
 	Owner string
+	// AtRisk, if set, warns the caller that the lease is close to lapsing,
+	// so the work can get ready to stop before another owner can take the
+	// lock: it is called, on its own goroutine, when less than AtRiskBelow
+	// of the TTL is left and no renewal (automatic, or Refresh) has landed
+	// since the last write, with what is left (by the local clock, counting
+	// from when that write was sent). The lease is lost at the end of it
+	// unless a renewal lands first; each write re-arms the warning.
+	// Renewals run late when the process is starved (GC pauses, CPU
+	// throttling) or Redis is slow; Lease.Headroom tells, after the fact,
+	// how close the last one came. nil means no warning.
+	AtRisk func(l *Lease, left time.Duration)
+	// AtRiskBelow is the fraction of the TTL under which AtRisk is called.
+	// 0 means DefaultAtRiskBelow (a quarter): an automatic renewal is sent
+	// every ttl/3, so with less than a quarter left it is late by more than
+	// five twelfths of the TTL.
+	AtRiskBelow float64
 }
 
 var errTTL = errors.New("lock: ttl must be at least 1ms")
@@ -382,6 +398,15 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 	l.fence, l.since, l.degraded, l.autoRenew, l.maxHold = fence, at, degraded, o.AutoRenew, o.MaxHold
 	l.validUntil, l.parent, l.detach = at.Add(a.ttl), ctx, detach
 	l.trace, l.span = a.trace, a.span
+	if o.AtRisk != nil {
+		l.atRisk, l.riskFrac = o.AtRisk, o.AtRiskBelow
+		if l.riskFrac <= 0 {
+			l.riskFrac = DefaultAtRiskBelow
+		}
+		l.mu.Lock()
+		l.armWarn()
+		l.mu.Unlock()
+	}
 	l.outer, _ = FromContext(ctx)
 	if c.rec != nil {
 		// The event's time is the lease's since, the time the value

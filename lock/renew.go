@@ -68,6 +68,7 @@ func (l *Lease) renewLoop(stop <-chan struct{}) {
 		case r = <-done:
 			cancel()
 		}
+		reply := time.Now()
 		if !t.Stop() {
 			select {
 			case <-t.C:
@@ -98,7 +99,7 @@ func (l *Lease) renewLoop(stop <-chan struct{}) {
 				return
 			default:
 			}
-			l.renewed(at, ttl)
+			l.renewed(at, reply, ttl)
 		}
 		t.Reset(l.untilMaxHold(next))
 	}

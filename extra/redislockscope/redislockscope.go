@@ -133,7 +133,13 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opt 
 	now := time.Now()
 	c.record(event.Event{Type: event.Acquired, Key: key, Owner: c.owner, Lease: lease, TS: now.UnixNano(),
 		Wait: now.Sub(start), TTL: ttl, Attempts: w.refused + 1})
-	return &Lock{l: l, c: c, lease: lease, since: now, held: true}, nil
+	// The attempt that took the lock was sent after the last backoff began
+	// (or at start): its TTL runs at least until then + ttl.
+	sent := start
+	if !w.lastRefused.IsZero() {
+		sent = w.lastRefused
+	}
+	return &Lock{l: l, c: c, lease: lease, since: now, held: true, validUntil: sent.Add(ttl)}, nil
 }
 
 // watch is the retry strategy of one Obtain: the caller's, watched.
@@ -147,10 +153,14 @@ type watch struct {
 	inner      redislock.RetryStrategy
 	refused    int
 	holder     string
+	// lastRefused: when the last refused attempt's backoff was asked for;
+	// the next attempt is sent after it.
+	lastRefused time.Time
 }
 
 func (w *watch) NextBackoff() time.Duration {
 	w.refused++
+	w.lastRefused = time.Now()
 	d := w.inner.NextBackoff()
 	if w.refused == 1 {
 		w.holder = w.c.holder(w.ctx, w.key)
@@ -175,6 +185,9 @@ type Lock struct {
 
 	mu   sync.Mutex
 	held bool // until released or known lost
+	// validUntil is the earliest the key's TTL can run out, by the local
+	// clock: the last write's send time plus its TTL.
+	validUntil time.Time
 }
 
 // Key returns the redis key used by the lock.
@@ -208,6 +221,22 @@ func (l *Lock) Context(ctx context.Context) context.Context {
 	})
 }
 
+// renewed records a refresh sent at sent that set ttl and returns its
+// headroom: the TTL left when it landed, at least (the previous write's TTL
+// ran at least until validUntil; the refresh landed before its reply, now).
+// 1ns when nothing was provably left, 0 when unknown.
+func (l *Lock) renewed(sent time.Time, ttl time.Duration) time.Duration {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var headroom time.Duration
+	if !l.validUntil.IsZero() {
+		headroom = max(l.validUntil.Sub(now), time.Nanosecond)
+	}
+	l.validUntil = sent.Add(ttl)
+	return headroom
+}
+
 func (l *Lock) end() (wasHeld bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -223,6 +252,7 @@ func (l *Lock) event(t event.Type) event.Event {
 // a renewal; ErrNotObtained (the lock is gone or another's) records the
 // lock lost, another error a failed renewal.
 func (l *Lock) Refresh(ctx context.Context, ttl time.Duration, opt *redislock.Options) error {
+	sent := time.Now()
 	err := l.l.Refresh(ctx, ttl, opt)
 	if l.c.rec == nil {
 		return err
@@ -231,6 +261,7 @@ func (l *Lock) Refresh(ctx context.Context, ttl time.Duration, opt *redislock.Op
 	case err == nil:
 		e := l.event(event.Renewed)
 		e.TTL = ttl
+		e.Headroom = l.renewed(sent, ttl)
 		l.c.record(e)
 	case errors.Is(err, redislock.ErrNotObtained):
 		if l.end() {

@@ -220,13 +220,16 @@ func TestRefreshAndLoss(t *testing.T) {
 	c, rdb, rec, p := setup(t, "o")
 	ctx := context.Background()
 	key := p + "job"
+	before := time.Now()
 	l, err := c.Obtain(ctx, key, time.Minute, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	obtained := time.Now()
 	if err := l.Refresh(ctx, 2*time.Minute, nil); err != nil {
 		t.Fatalf("Refresh = %v", err)
 	}
+	refreshed := time.Now()
 	if ttl := rdb.PTTL(ctx, key).Val(); ttl <= time.Minute {
 		t.Errorf("PTTL after Refresh = %v", ttl)
 	}
@@ -255,6 +258,12 @@ func TestRefreshAndLoss(t *testing.T) {
 	}
 	if evs := rec.Events(); evs[1].TTL != 2*time.Minute || evs[2].Hold <= 0 {
 		t.Errorf("renewed TTL %v, lost hold %v", evs[1].TTL, evs[2].Hold)
+	}
+	// Headroom: the minute set in [before, obtained], less the refresh's
+	// reply time, in [obtained, refreshed].
+	lo, hi := before.Add(time.Minute).Sub(refreshed), obtained.Add(time.Minute).Sub(obtained)
+	if h := rec.Events()[1].Headroom; h < lo || h > hi {
+		t.Errorf("renewed headroom = %v, want within [%v, %v]", h, lo, hi)
 	}
 }
 

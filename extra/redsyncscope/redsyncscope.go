@@ -276,7 +276,13 @@ func (m *Mutex) ExtendContext(ctx context.Context) (bool, error) {
 		return m.m.ExtendContext(ctx)
 	}
 	c := &call{m: m, ctx: ctx, phases: make(map[context.Context]int)}
+	// redsync's validity (Until) is the last lock or extend call's start
+	// plus the expiry, less the clock drift: the key lives at least that
+	// long. The extension landed before its reply: what was left then is at
+	// least Until less the reply's time.
+	until := m.m.Until()
 	ok, err := m.m.ExtendContext(context.WithValue(ctx, callKey{}, c))
+	reply := time.Now()
 	c.mu.Lock()
 	if c.ttl > 0 {
 		m.ttl = c.ttl
@@ -289,6 +295,9 @@ func (m *Mutex) ExtendContext(ctx context.Context) (bool, error) {
 		// redsync's validity; Redis holds it for the expiry again.
 		e := m.event(event.Renewed)
 		e.TTL = m.ttl
+		if !until.IsZero() {
+			e.Headroom = max(until.Sub(reply), time.Nanosecond)
+		}
 		m.r.record(e)
 	case notOwner(err):
 		if m.setHeld(false) || m.lease == "" {

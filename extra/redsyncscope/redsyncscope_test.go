@@ -208,12 +208,15 @@ func TestExtendAndLoss(t *testing.T) {
 	ctx := context.Background()
 	key := p + "job"
 	m := rs.NewMutex(key, redsync.WithExpiry(time.Minute))
+	before := time.Now()
 	if err := m.Lock(); err != nil {
 		t.Fatal(err)
 	}
+	locked := time.Now()
 	if ok, err := m.ExtendContext(ctx); !ok || err != nil {
 		t.Fatalf("ExtendContext = %v, %v", ok, err)
 	}
+	extended := time.Now()
 	rdb.Set(ctx, key, "taken over", time.Minute)
 	if ok, err := m.Extend(); ok || err == nil {
 		t.Fatalf("Extend of a lock taken over = %v, %v", ok, err)
@@ -235,6 +238,13 @@ func TestExtendAndLoss(t *testing.T) {
 	}
 	if evs := rec.Events(); evs[1].TTL != time.Minute || evs[2].Hold <= 0 {
 		t.Errorf("renewed TTL %v, lost hold %v", evs[1].TTL, evs[2].Hold)
+	}
+	// Headroom: redsync's validity (the lock call's start plus the minute,
+	// less its drift allowance of 1% + 2ms) less the extension's reply time.
+	drift := time.Minute/100 + 2*time.Millisecond
+	lo, hi := before.Add(time.Minute-drift).Sub(extended), locked.Add(time.Minute-drift).Sub(locked)
+	if h := rec.Events()[1].Headroom; h < lo || h > hi {
+		t.Errorf("renewed headroom = %v, want within [%v, %v]", h, lo, hi)
 	}
 }
 
