@@ -194,11 +194,13 @@ func (w *passiveWatcher) update(r *reading, resync bool) bool {
 		// The same holder (a Redisson thread re-entering its lock
 		// changes the hash, not the holder).
 		moved := !h.deadline.same(dl)
+		prev := h.deadline
 		h.value, h.deadline, h.mode = r.value, dl, r.rlock.Mode
 		// SET NX PX raises "set" and "expire" together: the second one
 		// finds the deadline where the first left it.
 		if moved {
-			w.emit(event.Event{Type: event.Renewed, Key: key, Owner: owner, TTL: ttl, TS: now.UnixNano(), Passive: true})
+			w.emit(event.Event{Type: event.Renewed, Key: key, Owner: owner, TTL: ttl, TS: now.UnixNano(), Passive: true,
+				Headroom: prev.headroom(r.sent)})
 		}
 		return true
 	}
@@ -258,6 +260,17 @@ func (d deadline) same(e deadline) bool {
 		return d.lo.IsZero() == e.lo.IsZero()
 	}
 	return !e.lo.After(d.hi.Add(renewSlack)) && !e.hi.Before(d.lo.Add(-renewSlack))
+}
+
+// headroom is what was left of the TTL, at least, when a renewal seen
+// before sent landed: the old deadline was no earlier than lo, the renewal
+// no later than sent (its notification had arrived). 0 when there was no
+// TTL; 1ns when nothing was provably left.
+func (d deadline) headroom(sent time.Time) time.Duration {
+	if d.lo.IsZero() {
+		return 0
+	}
+	return max(d.lo.Sub(sent), time.Nanosecond)
 }
 
 // passed reports whether the deadline has certainly passed at now.

@@ -64,6 +64,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	// redis-py: SET key token NX PX 3000, extend, Lua compare-and-delete.
 	py := prefix + "py:job:1"
 	for i, token := range []string{"2b7c0a4e9f3d4c1a8e6b5d7f9a1c3e5b", "b1d2c3e4f5a6978812345678abcdef00", "0123456789abcdef0123456789abcdef"} {
+		set := time.Now()
 		ok, err := rdb.SetNX(ctx, py, token, 3*time.Second).Result()
 		if err != nil || !ok {
 			t.Fatalf("SET NX PX = %v, %v", ok, err)
@@ -79,6 +80,11 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 			t.Fatal(err)
 		}
 		redistest.WaitFor(t, waitLimit, "extended TTL", func() bool { return lockInfo(agg, py).TTL > 10*time.Second })
+		// The renewal's headroom, as the watcher saw it: the 3 s set at
+		// (after) set, less the time the renewal was seen by (before now).
+		if h, lo := lockInfo(agg, py).LastHeadroom, time.Until(set.Add(3*time.Second-time.Millisecond)); h < lo || h > 3*time.Second {
+			t.Errorf("round %d: extension headroom = %v, want within [%v, 3s]", i, h, lo)
+		}
 		if n, err := rdb.Eval(ctx, luaRelease, []string{py}, token).Int(); err != nil || n != 1 {
 			t.Fatalf("release script = %v, %v; want 1", n, err)
 		}

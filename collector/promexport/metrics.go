@@ -28,6 +28,19 @@ var durationBounds = [...]float64{
 	1, 2.5, 5, 10, 30, 60, 120, 300,
 }
 
+// headroomBuckets are the classic buckets of the renewal headroom
+// histogram: leases run from 100 ms to many minutes, and the headroom that
+// matters is a small part of one (a 30 s lease renewed with 200 ms left).
+var headroomBuckets = []float64{
+	.001, .0025, .005, .01, .025, .05, .1, .25, .5,
+	1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600,
+}
+
+// headroomRatioBuckets are the buckets of the headroom as a fraction of the
+// TTL: renewals sent every ttl/3 land with about 2/3 left; the alert
+// (LockLeaseAtRisk) counts those under 0.25.
+var headroomRatioBuckets = []float64{.05, .1, .15, .25, .35, .5, .6, .7, .8, .9, 1}
+
 // Label value limits for the hot-key gauge: keys are arbitrary bytes, label
 // values must be valid UTF-8 and should stay short.
 const maxKeyLabelLen = 200
@@ -49,6 +62,8 @@ type Metrics struct {
 	renewalFailures *prometheus.CounterVec
 	forced          *prometheus.CounterVec
 	handoffs        *prometheus.CounterVec
+	headroom        *prometheus.HistogramVec
+	headroomRatio   *prometheus.HistogramVec
 
 	events    *prometheus.CounterVec
 	malformed prometheus.Counter
@@ -103,15 +118,16 @@ func (e exemplars) ObserveTraced(v float64, trace event.TraceID) {
 	e.x.ObserveWithExemplar(v, prometheus.Labels{exemplarLabel: trace.String()})
 }
 
-// durationHistogram returns a histogram of the wait or hold by class;
+// durationHistogram returns a histogram of durations by class (the wait,
+// the hold, the renewal headroom);
 // observations of traced calls carry their trace id as an exemplar (see
 // exemplars).
-func durationHistogram(name, help string) *prometheus.HistogramVec {
+func durationHistogram(name, help string, buckets []float64) *prometheus.HistogramVec {
 	return prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace:                       namespace,
 		Name:                            name,
 		Help:                            help,
-		Buckets:                         durationBuckets,
+		Buckets:                         buckets,
 		NativeHistogramBucketFactor:     1.1,
 		NativeHistogramMaxBucketNumber:  160,
 		NativeHistogramMinResetDuration: time.Hour,
@@ -136,9 +152,14 @@ func New() *Metrics {
 		failures: counter("acquire_failures_total",
 			"Obtain calls that gave up, by reason (timeout, canceled, error, held); unknown reasons count as error.", "class", "reason"),
 		wait: durationHistogram("wait_seconds",
-			"Time callers spent obtaining a lock, for acquisitions and failed obtains alike."),
+			"Time callers spent obtaining a lock, for acquisitions and failed obtains alike.", durationBuckets),
 		hold: durationHistogram("hold_seconds",
-			"Time locks were held, observed once per hold when it ends (released, lost, expired or forced)."),
+			"Time locks were held, observed once per hold when it ends (released, lost, expired or forced).", durationBuckets),
+		headroom: durationHistogram("renewal_headroom_seconds",
+			"TTL left when a renewal landed, as its emitter measured it (the lower bound, for the library): how close the lease came to lapsing.", headroomBuckets),
+		headroomRatio: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "renewal_headroom_ratio",
+			Help:    "TTL left when a renewal landed, as a fraction of the TTL it renewed (renewals every ttl/3 land near 0.67).",
+			Buckets: headroomRatioBuckets}, []string{"class"}),
 		releases: counter("releases_total",
 			"Release calls by outcome: released, or not_owner when the lock had already passed to another owner.", "class", "outcome"),
 		expirations: counter("expirations_total",
@@ -199,7 +220,7 @@ func (m *Metrics) readFrom(src State) { m.state.src, m.hot.src = src, src }
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
-		m.renewalFailures, m.forced, m.handoffs, m.events, m.malformed, m.dropped, m.streamGap,
+		m.renewalFailures, m.forced, m.handoffs, m.headroom, m.headroomRatio, m.events, m.malformed, m.dropped, m.streamGap,
 		m.lastEvent, m.lag, m.pending, m.deadlocks, m.state, m.hot,
 	}
 }
@@ -228,6 +249,8 @@ func (m *Metrics) Class(class string) state.ClassMetrics {
 		RenewalFailures: m.renewalFailures.WithLabelValues(class),
 		Forced:          m.forced.WithLabelValues(class),
 		Handoffs:        m.handoffs.WithLabelValues(class),
+		Headroom:        m.headroom.WithLabelValues(class),
+		HeadroomRatio:   m.headroomRatio.WithLabelValues(class),
 	}
 	for i, r := range state.FailureReasons {
 		c.Failures[i] = m.failures.WithLabelValues(class, r)

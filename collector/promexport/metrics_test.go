@@ -424,3 +424,71 @@ func TestHotKeyLabels(t *testing.T) {
 		}
 	}
 }
+
+// TestRenewalHeadroomHistograms: a renewal's headroom is exposed in seconds
+// and as a fraction of the TTL it renewed, with buckets the alert reads
+// (le="0.25").
+func TestRenewalHeadroomHistograms(t *testing.T) {
+	a, clk, m := newTestState(t, state.Config{})
+	reg := prometheus.NewPedanticRegistry()
+	if err := m.Register(reg, a); err != nil {
+		t.Fatalf("Register() = %v", err)
+	}
+	ren := func(at, headroom time.Duration) event.Event {
+		e := evtest.Renewed("job:1", "A", "L1", at, 30*time.Second)
+		e.Headroom = headroom
+		return e
+	}
+	clk.Set(evtest.T0.Add(time.Minute))
+	a.Apply([]event.Event{
+		evtest.Acquired("job:1", "A", "L1", 0, 0, 1, 30*time.Second),
+		ren(10*time.Second, 20*time.Second),       // on time: 2/3 left
+		ren(35*time.Second, 5*time.Second),        // late: 1/6 left
+		ren(44*time.Second, 200*time.Millisecond), // nearly lapsed
+	})
+	want := `
+# HELP lockscope_renewal_headroom_ratio TTL left when a renewal landed, as a fraction of the TTL it renewed (renewals every ttl/3 land near 0.67).
+# TYPE lockscope_renewal_headroom_ratio histogram
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.05"} 1
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.1"} 1
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.15"} 1
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.25"} 2
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.35"} 2
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.5"} 2
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.6"} 2
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.7"} 3
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.8"} 3
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="0.9"} 3
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="1"} 3
+lockscope_renewal_headroom_ratio_bucket{class="job:*",le="+Inf"} 3
+lockscope_renewal_headroom_ratio_sum{class="job:*"} ` + fmtFloat(20.0/30+5.0/30+0.2/30) + `
+lockscope_renewal_headroom_ratio_count{class="job:*"} 3
+# HELP lockscope_renewal_headroom_seconds TTL left when a renewal landed, as its emitter measured it (the lower bound, for the library): how close the lease came to lapsing.
+# TYPE lockscope_renewal_headroom_seconds histogram
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.001"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.0025"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.005"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.01"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.025"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.05"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.1"} 0
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.25"} 1
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="0.5"} 1
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="1"} 1
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="2.5"} 1
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="5"} 2
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="10"} 2
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="20"} 3
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="30"} 3
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="60"} 3
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="120"} 3
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="300"} 3
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="600"} 3
+lockscope_renewal_headroom_seconds_bucket{class="job:*",le="+Inf"} 3
+lockscope_renewal_headroom_seconds_sum{class="job:*"} 25.2
+lockscope_renewal_headroom_seconds_count{class="job:*"} 3
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lockscope_renewal_headroom_seconds", "lockscope_renewal_headroom_ratio"); err != nil {
+		t.Error(err)
+	}
+}

@@ -60,7 +60,7 @@ import (
 //
 // # Memory
 //
-// A tracked key costs about 400 bytes: its state in a slab (264 bytes), its
+// A tracked key costs about 400 bytes: its state in a slab (272 bytes), its
 // index entry, key and lease, and its recent events encoded at some 30 bytes
 // each (see ring.go). Its distributions and series (keyStats, 328
 // bytes) exist only once its ring has overflowed; until then they are

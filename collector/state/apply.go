@@ -129,6 +129,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			sh.held.pushFront(k)
 		}
 		k.owner, k.lease, k.since, k.ttl, k.fence, k.trace = owner, lease, ts, max(e.TTL, 0), e.Fence, e.TraceID
+		k.headroomLast, k.headroomMin = 0, 0
 		k.expiresAt = 0
 		if k.ttl > 0 {
 			k.expiresAt = ts + int64(k.ttl)
@@ -186,6 +187,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 
 	case event.Renewed:
 		r.d = int64(max(e.TTL, 0))
+		r.headroom = int64(max(e.Headroom, 0))
 		a.renewedLocked(sh, k, lease, owner, ts, max(e.TTL, 0), e)
 
 	case event.RenewFailed:

@@ -69,6 +69,8 @@ type ClassMetrics struct {
 	RenewalFailures Counter
 	Forced          Counter
 	Handoffs        Counter
+	Headroom        Observer // TTL left when a renewal landed (seconds)
+	HeadroomRatio   Observer // the same, as a fraction of the TTL it renewed (0..1)
 }
 
 // FailureReasons are the reasons a failed obtain is counted under, in the
@@ -121,7 +123,7 @@ var (
 	}()
 	nopClass = func() ClassMetrics {
 		c := ClassMetrics{Acquisitions: nop{}, Contentions: nop{}, Wait: nop{}, Hold: nop{}, WaitTraced: nop{}, HoldTraced: nop{}, Expirations: nop{},
-			RenewalFailures: nop{}, Forced: nop{}, Handoffs: nop{}}
+			RenewalFailures: nop{}, Forced: nop{}, Handoffs: nop{}, Headroom: nop{}, HeadroomRatio: nop{}}
 		for i := range c.Failures {
 			c.Failures[i] = nop{}
 		}

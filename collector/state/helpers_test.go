@@ -99,7 +99,8 @@ func (t *tally) Class(name string) ClassMetrics {
 	c := func(metric string) tallied { return tallied{t, series(metric, name)} }
 	m := ClassMetrics{Acquisitions: c("acquisitions"), Contentions: c("contentions"), Wait: c("wait"), Hold: c("hold"),
 		WaitTraced: c("wait"), HoldTraced: c("hold"),
-		Expirations: c("expirations"), RenewalFailures: c("renewal_failures"), Forced: c("forced"), Handoffs: c("handoffs")}
+		Expirations: c("expirations"), RenewalFailures: c("renewal_failures"), Forced: c("forced"), Handoffs: c("handoffs"),
+		Headroom: c("headroom"), HeadroomRatio: c("headroom_ratio")}
 	for i, r := range FailureReasons {
 		m.Failures[i] = c("failures_" + r)
 	}

@@ -209,6 +209,20 @@ func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, 
 
 // renewedLocked applies a renewal: the hold's TTL and expiry move.
 func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, ts int64, ttl time.Duration, e *event.Event) {
+	if e.Headroom > 0 {
+		// Relative to the TTL the renewal extended: the hold's, before this
+		// renewal sets its own.
+		of := ttl
+		if k.matches(lease, owner) && k.ttl > 0 {
+			of = k.ttl
+		}
+		a.observeHeadroomLocked(k, e.Headroom, of)
+		defer func() {
+			if k.held && k.sameHold(lease, owner) {
+				k.keepHeadroom(e.Headroom)
+			}
+		}()
+	}
 	setTTL := func() {
 		k.ttl = ttl
 		k.expiresAt = 0
@@ -252,7 +266,42 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 		k.ended = endNone
 		if !resumed {
 			k.owner, k.lease, k.since, k.fence, k.trace = owner, lease, ts, e.Fence, e.TraceID
+			k.headroomLast, k.headroomMin = 0, 0
 		}
 		setTTL()
 	}
+}
+
+// observeHeadroomLocked counts a renewal's headroom: the TTL that was left
+// of the lease (of TTL of) when the renewal landed, as the emitter measured
+// it (the library: the conservative figure by its monotonic clock; the
+// passive watcher: from the expiry it read before).
+func (a *Aggregator) observeHeadroomLocked(k *keyState, headroom, of time.Duration) {
+	c := k.class
+	c.m.Headroom.Observe(headroom.Seconds())
+	if of > 0 {
+		c.m.HeadroomRatio.Observe(min(float64(headroom)/float64(of), 1))
+	}
+}
+
+// keepHeadroom records a renewal's headroom as the hold's last, and as its
+// smallest if it is.
+func (k *keyState) keepHeadroom(h time.Duration) {
+	ms := int32(min(h.Milliseconds(), 1<<31-2)) + 1
+	k.headroomLast = ms
+	if k.headroomMin == 0 || ms < k.headroomMin {
+		k.headroomMin = ms
+	}
+}
+
+// headroomOf decodes keyState.headroomLast or headroomMin: 0 when unknown,
+// else at least 1ns (less than a millisecond shows as 1ns).
+func headroomOf(v int32) time.Duration {
+	if v <= 1 {
+		if v == 1 {
+			return time.Nanosecond
+		}
+		return 0
+	}
+	return time.Duration(v-1) * time.Millisecond
 }

@@ -26,7 +26,7 @@ const (
 // zeroed and reused (see shard.release and shard.alloc).
 type keyState struct {
 	// What a Locks scan reads comes first, in the first 80 bytes: a scan
-	// streams through the slab reading two cache lines of each key's 264
+	// streams through the slab reading two cache lines of each key's 272
 	// bytes, and the key's own bytes only to search.
 	key         string
 	kp          prefix // the key's first 16 bytes (see keyPrefix)
@@ -77,6 +77,11 @@ type keyState struct {
 	recBase int64
 	recOff  int32
 	hash    uint32 // the index's part of the key's hash (see shard.idx)
+
+	// The headroom of the current (or last) hold's renewals, in ms plus
+	// one (0: none seen): the last one's and the smallest (see
+	// observeHeadroomLocked).
+	headroomLast, headroomMin int32
 }
 
 // prefix is the first 16 bytes of a key as two big-endian words, zero

@@ -34,6 +34,7 @@ func infoLocked(k *keyState, now, clock int64, w *waits) LockInfo {
 		TTL: k.ttl, Fence: k.fence, Degraded: k.degraded, Passive: k.passive,
 		Acquisitions: k.acquisitions, Contentions: k.contentions, Failures: k.failures,
 		WaitTotal: time.Duration(k.waitTotal), HoldTotal: time.Duration(k.holdTotal), Trace: k.trace,
+		LastHeadroom: headroomOf(k.headroomLast), MinHeadroom: headroomOf(k.headroomMin),
 	}
 	if k.lastEvent > 0 {
 		li.LastEvent = time.Unix(0, k.lastEvent)

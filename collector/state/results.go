@@ -93,6 +93,12 @@ type LockInfo struct {
 	// Trace is the trace of the call that obtained the current (or last)
 	// hold; zero if none.
 	Trace event.TraceID
+
+	// The renewals of the current (or last) hold: the TTL left when the
+	// last one landed, and the least any left; 0 when none reported it. A
+	// lease renewed every ttl/3 normally keeps two thirds of TTL.
+	LastHeadroom time.Duration
+	MinHeadroom  time.Duration
 }
 
 // NoExpiry reports a held lock without a TTL (a watched key holding a known

@@ -33,6 +33,7 @@ type record struct {
 	d        int64 // wait (acquired, failed), hold (released, lost, expired, forced), ttl (renewed)
 	hold     int64 // the observed hold when it differs from d (obsHoldAt)
 	fence    int64
+	headroom int64 // renewed: the TTL left when it landed (ns; 0 unknown)
 	ttlMS    int32 // acquired: the TTL set
 	attempts int32
 	typ      event.Type
@@ -77,7 +78,7 @@ func (r *record) event(key string, tab *internTab) event.Event {
 	case event.Failed:
 		e.Wait, e.Holder = d, tab.str(r.who)
 	case event.Renewed:
-		e.TTL = d
+		e.TTL, e.Headroom = d, time.Duration(r.headroom)
 	case event.Dropped:
 		e.Count = r.d
 	case event.Forced:
@@ -121,8 +122,11 @@ func appendRecord(b []byte, r *record, base int64) []byte {
 	if r.obs&obsHoldAt != 0 {
 		b = binary.AppendVarint(b, r.hold)
 	}
-	if r.typ == event.Acquired {
+	switch r.typ {
+	case event.Acquired:
 		b = binary.AppendVarint(b, int64(r.ttlMS))
+	case event.Renewed:
+		b = binary.AppendVarint(b, r.headroom)
 	}
 	b = binary.AppendVarint(b, int64(r.attempts))
 	b = binary.AppendVarint(b, r.fence)
@@ -162,7 +166,7 @@ func decodeRecord(b []byte, base int64, r *record, strs bool) int {
 	var v int64
 	v, i = varintAt(b, i)
 	r.ts = base + v
-	r.at, r.hold, r.ttlMS = 0, 0, 0
+	r.at, r.hold, r.ttlMS, r.headroom = 0, 0, 0, 0
 	if r.obs&(obsWait|obsAcq) != 0 {
 		v, i = varintAt(b, i)
 		r.at = r.ts + v
@@ -171,9 +175,12 @@ func decodeRecord(b []byte, base int64, r *record, strs bool) int {
 	if r.obs&obsHoldAt != 0 {
 		r.hold, i = varintAt(b, i)
 	}
-	if r.typ == event.Acquired {
+	switch r.typ {
+	case event.Acquired:
 		v, i = varintAt(b, i)
 		r.ttlMS = int32(v)
+	case event.Renewed:
+		r.headroom, i = varintAt(b, i)
 	}
 	v, i = varintAt(b, i)
 	r.attempts = int32(v)
@@ -215,7 +222,7 @@ func skipRecord(b []byte) (int, uint8) {
 	if obs&obsHoldAt != 0 {
 		varints++
 	}
-	if typ == event.Acquired {
+	if typ == event.Acquired || typ == event.Renewed {
 		varints++
 	}
 	for ; varints > 0; i++ {

@@ -21,8 +21,11 @@ func TestRecordRoundTrip(t *testing.T) {
 		for j, s := range refs {
 			r := record{ts: int64(1e18) + int64(i*1e9) - int64(j), d: int64(j) - 2, fence: int64(i) << 40, attempts: int32(j) - 1,
 				typ: typ, flags: uint8(j % 4), owner: s, lease: ref{s: refs[(j+2)%len(refs)].s}, reason: refs[(j+1)%len(refs)], who: s}
-			if typ == event.Acquired {
+			switch typ {
+			case event.Acquired:
 				r.ttlMS = 1<<31 - 1
+			case event.Renewed:
+				r.headroom = int64(j)*int64(time.Hour) + 1
 			}
 			if j%2 == 0 {
 				r.trace = event.TraceID{0: byte(i + 1), 15: byte(j)}

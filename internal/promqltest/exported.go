@@ -37,7 +37,7 @@ func Exported(tb testing.TB) map[string]dto.MetricType {
 	})
 	step(time.Second)
 	agg.Apply([]event.Event{
-		{Type: event.Renewed, Key: "workflow:1", Owner: "app/a/1", Lease: "l1", TS: ts(), TTL: 30 * time.Second},
+		{Type: event.Renewed, Key: "workflow:1", Owner: "app/a/1", Lease: "l1", TS: ts(), TTL: 30 * time.Second, Headroom: 29 * time.Second},
 		{Type: event.RenewFailed, Key: "workflow:1", Owner: "app/a/1", Lease: "l1", TS: ts(), Reason: event.ReasonError},
 		{Type: event.Released, Key: "workflow:2", Owner: "app/b/1", Lease: "l2", TS: ts(), Hold: time.Second},
 		{Type: event.Acquired, Key: "workflow:2", Owner: "app/c/1", Lease: "l4", TS: ts(), Wait: 2 * time.Second, TTL: 30 * time.Second, Attempts: 5},
