@@ -60,6 +60,8 @@ type holderView struct {
 	Stuck       bool
 	Waiters     string
 	Trace       *traceRef // of the call that obtained the hold; nil if none or unknown
+	Headroom    string    // the renewals' headroom: last and least (see headroomText)
+	AtRisk      bool      // the least was under a quarter of the TTL
 }
 
 type eventRow struct {
@@ -143,6 +145,7 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 		if d.Held && d.Lease == rh.Lease {
 			v.Redis.Trace = s.traceRef(d.Trace) // the hold the collector saw begin
 		}
+		headroomFromCollector(v.Redis, rh, d.LockInfo)
 	}
 	switch {
 	case d.Stuck:
@@ -226,7 +229,31 @@ func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 	} else if l.TTL > 0 {
 		h.TTL = fmtDuration(l.TTL)
 	}
+	h.Headroom, h.AtRisk = headroomText(l)
 	return h
+}
+
+// headroomText shows how close the hold's renewals came to letting the
+// lease lapse: "last 19.8s · least 6s of 30s", and whether the least was
+// under a quarter of the TTL (what LockLeaseAtRisk counts).
+func headroomText(l state.LockInfo) (string, bool) {
+	if l.LastHeadroom <= 0 {
+		return "", false
+	}
+	s := "last " + headroomDuration(l.LastHeadroom) + " · least " + headroomDuration(l.MinHeadroom)
+	if l.TTL > 0 {
+		s += " of " + fmtDuration(l.TTL)
+	}
+	return s, l.TTL > 0 && l.MinHeadroom < l.TTL/4
+}
+
+// headroomDuration shows a headroom; under a millisecond it says so rather
+// than show the 1ns that stands for "nothing provably left".
+func headroomDuration(d time.Duration) string {
+	if d < time.Millisecond {
+		return "<1ms"
+	}
+	return fmtDuration(d.Truncate(time.Millisecond))
 }
 
 func holderFromLock(h *lock.Holder, now time.Time) *holderView {
@@ -260,6 +287,15 @@ func sinceFromCollector(v *holderView, h *lock.Holder, l state.LockInfo, now tim
 	v.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
 }
 
+// headroomFromCollector gives a holder read from Redis the headroom of its
+// renewals the collector saw, when it is the same hold.
+func headroomFromCollector(v *holderView, h *lock.Holder, l state.LockInfo) {
+	if !l.Held || l.Owner != h.Owner || (h.Lease != "" && l.Lease != "" && h.Lease != l.Lease) {
+		return
+	}
+	v.Headroom, v.AtRisk = headroomText(l)
+}
+
 func ttlText(d time.Duration) string {
 	if d < 0 {
 		return "never expires"
@@ -285,6 +321,9 @@ func eventDetail(e event.Event) string {
 	}
 	if e.TTL > 0 {
 		parts = append(parts, "ttl "+fmtDuration(e.TTL))
+	}
+	if e.Headroom > 0 {
+		parts = append(parts, "headroom "+headroomDuration(e.Headroom))
 	}
 	if e.Attempts > 1 {
 		parts = append(parts, strconv.Itoa(e.Attempts)+" attempts")
@@ -365,6 +404,7 @@ type apiEvent struct {
 	Wait      float64   `json:"wait_seconds,omitempty"`
 	Hold      float64   `json:"hold_seconds,omitempty"`
 	TTL       float64   `json:"ttl_seconds,omitempty"`
+	Headroom  float64   `json:"headroom_seconds,omitempty"` // renewed: the TTL left when it landed
 	Attempts  int       `json:"attempts,omitempty"`
 	Fence     int64     `json:"fence,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
@@ -454,7 +494,7 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 	for _, e := range d.Recent {
 		v.Recent = append(v.Recent, apiEvent{
 			Type: e.Type.String(), Owner: e.Owner, OwnerB64: keytext.B64IfInvalid(e.Owner), Lease: e.Lease, At: e.Time().UTC(),
-			Wait: seconds(e.Wait), Hold: seconds(e.Hold), TTL: seconds(e.TTL), Attempts: e.Attempts, Fence: e.Fence,
+			Wait: seconds(e.Wait), Hold: seconds(e.Hold), TTL: seconds(e.TTL), Headroom: seconds(e.Headroom), Attempts: e.Attempts, Fence: e.Fence,
 			Reason: e.Reason, Holder: e.Holder, HolderB64: keytext.B64IfInvalid(e.Holder), By: e.By, ByB64: keytext.B64IfInvalid(e.By),
 			Degraded: e.Degraded, Passive: e.Passive, TraceID: e.TraceID.String(),
 		})

@@ -268,7 +268,9 @@ type apiLockInfo struct {
 	WaitTotal    float64    `json:"wait_total_seconds"`
 	HoldTotal    float64    `json:"hold_total_seconds"`
 	LastEvent    *time.Time `json:"last_event,omitempty"`
-	TraceID      string     `json:"trace_id,omitempty"` // of the call that obtained the current (or last) hold
+	TraceID      string     `json:"trace_id,omitempty"`              // of the call that obtained the current (or last) hold
+	LastHeadroom *float64   `json:"last_headroom_seconds,omitempty"` // TTL left when the hold's last renewal landed
+	MinHeadroom  *float64   `json:"min_headroom_seconds,omitempty"`  // the least any of its renewals left
 	Href         string     `json:"href"`
 }
 
@@ -284,6 +286,10 @@ func newAPILockInfo(l state.LockInfo, now time.Time) apiLockInfo {
 	}
 	if i.NoExpiry {
 		i.TTL = -1
+	}
+	if l.LastHeadroom > 0 {
+		last, least := seconds(l.LastHeadroom), seconds(l.MinHeadroom)
+		i.LastHeadroom, i.MinHeadroom = &last, &least
 	}
 	return i
 }
