@@ -17,11 +17,10 @@ import (
 
 const rulesFile = "lockscope.rules.yml"
 
-// wantAlerts are the alerts, in file order: DESIGN.md's, plus LockWithoutExpiry
-// and LockWaitQueueBuilding (added by issues 14 and 13; DESIGN.md is read-only here).
+// wantAlerts are DESIGN.md's alerts, in file order.
 var wantAlerts = []string{
 	"LockStuck", "LockWithoutExpiry", "LockExpiringFrequently", "LockWaitHigh", "LockAcquireFailuresHigh", "LockOwnershipFlapping",
-	"LockDeadlock", "LockWaitQueueBuilding",
+	"LockDeadlock", "LockWaitQueueBuilding", "LockLeaseAtRisk",
 	"LockscopeDown", "LockscopeEventsStale", "LockscopeStreamLagging", "LockscopeEventsDropped",
 }
 
