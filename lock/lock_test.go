@@ -332,16 +332,18 @@ func TestDo(t *testing.T) {
 		}
 	})
 	t.Run("renews while fn runs", func(t *testing.T) {
-		err := c.Do(ctx, p+"b", 150*time.Millisecond, nil, func(ctx context.Context) error {
+		// A TTL of 500 ms leaves a renewal (every third of it) some 330 ms
+		// to land; with 150 ms, a host at a load average of 30 missed one.
+		err := c.Do(ctx, p+"b", 500*time.Millisecond, nil, func(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(600 * time.Millisecond):
+			case <-time.After(1500 * time.Millisecond):
 				return nil
 			}
 		})
 		if err != nil {
-			t.Errorf("Do running 4 TTLs = %v, want nil", err)
+			t.Errorf("Do running 3 TTLs = %v, want nil", err)
 		}
 	})
 	t.Run("ErrLost when the lock goes", func(t *testing.T) {
