@@ -81,8 +81,8 @@ const (
 type call struct {
 	cmd    *redis.Cmd
 	script *luaScript
-	obtain *Lease    // an obtain: the hold it takes, which late releases if the caller left
-	get    bool      // the SET obtain carries GET
+	obtain *Lease        // an obtain: the hold it takes, which late releases if the caller left
+	get    bool          // the SET obtain carries GET
 	start  time.Duration // when the caller queued it (batcher.clock)
 	state  atomic.Int32
 	done   chan struct{} // capacity 1: the flusher never blocks on it

@@ -3,11 +3,8 @@ package lock
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -38,7 +35,7 @@ func BenchmarkStreamSinkEntrySize(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			cpu0 := redisCPU(b, rdb)
+			cpu0 := redistest.ServerCPU(b, rdb)
 			b.ResetTimer()
 			for b.Loop() {
 				if err := s.Write(ctx, evs); err != nil {
@@ -46,28 +43,8 @@ func BenchmarkStreamSinkEntrySize(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			b.ReportMetric(float64((redisCPU(b, rdb)-cpu0).Nanoseconds())/float64(b.N*n), "server-ns/event")
+			b.ReportMetric(float64((redistest.ServerCPU(b, rdb)-cpu0).Nanoseconds())/float64(b.N*n), "server-ns/event")
 			rdb.Del(ctx, stream)
 		})
 	}
-}
-
-// redisCPU returns the server's CPU time (user + system) so far.
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }

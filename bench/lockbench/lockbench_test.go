@@ -6,10 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -316,7 +314,7 @@ func benchCycle(b *testing.B, l lib, hot bool, callers int) {
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
-	cpu0, self0 := serverCPU(b, rdb), selfCPU(b)
+	cpu0, self0 := redistest.ServerCPU(b, rdb), redistest.SelfCPU(b)
 	b.ResetTimer()
 	start := time.Now()
 	for w := range callers {
@@ -340,8 +338,8 @@ func benchCycle(b *testing.B, l lib, hot bool, callers int) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	// Redis's own CPU time per cycle does not depend on what else runs on
 	// the machine, unlike the wall-clock figures.
-	server := serverCPU(b, rdb) - cpu0
-	self := selfCPU(b) - self0
+	server := redistest.ServerCPU(b, rdb) - cpu0
+	self := redistest.SelfCPU(b) - self0
 	b.ReportMetric(float64(server.Nanoseconds())/float64(b.N), "server-ns/op")
 	// The client side: this process's CPU time (the library, go-redis, the
 	// emitter and the benchmark loop), and the sum issue 16 compares.
@@ -350,35 +348,6 @@ func benchCycle(b *testing.B, l lib, hot bool, callers int) {
 	// How many cores the client and Redis kept busy together: below the
 	// machine's count, callers wait on something other than the CPU.
 	b.ReportMetric((server+self).Seconds()/elapsed.Seconds(), "cores")
-}
-
-// selfCPU returns this process's CPU time (user + system) so far.
-func selfCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// serverCPU returns redis-server's CPU time (user + system) so far.
-func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
 
 // TestCyclesLock checks each adapter really takes and frees the lock, so the

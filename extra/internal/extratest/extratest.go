@@ -4,17 +4,14 @@ package extratest
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -73,7 +70,7 @@ func Cycles(b *testing.B, rdb *redis.Client, callers int, cycle func(ctx context
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
-	server0, self0 := serverCPU(b, rdb), selfCPU(b)
+	server0, self0 := redistest.ServerCPU(b, rdb), redistest.SelfCPU(b)
 	b.ResetTimer()
 	for w := range callers {
 		wg.Add(1)
@@ -92,34 +89,7 @@ func Cycles(b *testing.B, rdb *redis.Client, callers int, cycle func(ctx context
 	if err := failed.Load(); err != nil {
 		b.Fatalf("cycle: %v", *err)
 	}
-	server, self := serverCPU(b, rdb)-server0, selfCPU(b)-self0
+	server, self := redistest.ServerCPU(b, rdb)-server0, redistest.SelfCPU(b)-self0
 	b.ReportMetric(float64(self.Nanoseconds())/float64(b.N), "client-ns/op")
 	b.ReportMetric(float64(server.Nanoseconds())/float64(b.N), "server-ns/op")
-}
-
-func selfCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func serverCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var total float64
-	for _, line := range strings.Split(info, "\n") {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if k == "used_cpu_user" || k == "used_cpu_sys" {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
 }
