@@ -73,6 +73,7 @@ type Metrics struct {
 	lag       prometheus.Gauge
 	pending   prometheus.Gauge
 	deadlocks prometheus.Counter
+	incidents *prometheus.CounterVec
 
 	state *stateCollector
 	hot   *hotKeyCollector
@@ -179,6 +180,8 @@ func New() *Metrics {
 		pending:   gauge("stream_pending_entries", "Entries delivered to the consumer group but not yet acknowledged."),
 		deadlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "deadlocks_detected_total",
 			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
+		incidents: counter("incidents_total",
+			"Incidents this collector opened, by kind (stuck, deadlock, lease_lost, holder_expired, forced, wait_queue): the Grafana annotation source; the history is GET /api/v1/incidents.", "kind"),
 	}
 	m.state = &stateCollector{
 		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
@@ -221,7 +224,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
 		m.renewalFailures, m.forced, m.handoffs, m.headroom, m.headroomRatio, m.events, m.malformed, m.dropped, m.streamGap,
-		m.lastEvent, m.lag, m.pending, m.deadlocks, m.state, m.hot,
+		m.lastEvent, m.lag, m.pending, m.deadlocks, m.incidents, m.state, m.hot,
 	}
 }
 
@@ -231,6 +234,9 @@ func (m *Metrics) Totals() state.Totals {
 		LastEvent: m.lastEvent, Lag: m.lag, Pending: m.pending}
 	for _, typ := range event.Types() {
 		t.Events[typ] = m.events.WithLabelValues(typ.String())
+	}
+	for i, k := range state.IncidentKinds {
+		t.Incidents[i] = m.incidents.WithLabelValues(string(k))
 	}
 	return t
 }

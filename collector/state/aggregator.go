@@ -119,12 +119,16 @@ type Aggregator struct {
 	evAt        int64                    // collector time when evMax was applied
 	eventsTotal int64
 	dropped     int64
-	replaying   int      // replays between BeginReplay and EndReplay
-	replayAt    int64    // the replay's clock: the newest replayed event time
-	muted       bool     // counters go nowhere (see Replay)
-	waits       waits    // live waiters (waiters.go)
-	hashes      []uint64 // the hashes of the chunk being applied (warmLocked)
-	warm        uint64   // the sum of warmLocked's loads: used, so they stay
+	replaying   int                  // replays between BeginReplay and EndReplay
+	replayAt    int64                // the replay's clock: the newest replayed event time
+	muted       bool                 // counters go nowhere (see Replay)
+	waits       waits                // live waiters (waiters.go)
+	hashes      []uint64             // the hashes of the chunk being applied (warmLocked)
+	warm        uint64               // the sum of warmLocked's loads: used, so they stay
+	incSeen     recentIDs            // incidents counted (incidents.go)
+	byLoss      bool                 // the expiry being applied was reported by its holder (a lost event): no holder_expired incident
+	scanClock   int64                // event clock of the last stuck scan; 0 before the first (every stuck hold is then recorded)
+	queues      map[string]openQueue // keys whose wait queue is an open incident
 }
 
 const (

@@ -89,7 +89,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		r.who = a.internLocked(e.Holder)
 
 	case event.Acquired:
-		a.waits.end(e.Lease)
+		a.waits.end(e.Lease, ts, EndedAcquired)
 		r.d = int64(wait)
 		r.ttlMS = int32(min(e.TTL.Milliseconds(), 1<<31-1))
 		contended := e.Attempts > 1
@@ -141,7 +141,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		}
 
 	case event.Failed:
-		a.waits.end(e.Lease)
+		a.waits.end(e.Lease, ts, failedHow(e.Reason))
 		r.d = int64(wait)
 		r.who = a.internLocked(e.Holder)
 		reason := failureIndex(e.Reason)
@@ -159,6 +159,9 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		r.d = int64(hold)
 		if e.Reason == event.ReasonNotOwner {
 			c.m.Releases[1].Inc()
+			// The holder released a lock that was no longer its own: its
+			// lease lapsed or was taken while it worked.
+			a.lostIncidentLocked(k, lease, owner, ts, event.Released.String(), "")
 			break
 		}
 		c.m.Releases[0].Inc()
@@ -166,7 +169,10 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 
 	case event.Lost:
 		r.d = int64(hold)
+		a.lostIncidentLocked(k, lease, owner, ts, event.Lost.String(), e.Reason)
+		a.byLoss = true
 		a.endEventLocked(sh, k, lease, owner, ts, hold, endLost, e.TraceID)
+		a.byLoss = false
 
 	case event.Forced:
 		r.d = int64(hold)
@@ -179,6 +185,8 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		}
 		a.forced.add(ForcedRelease{Key: k.key, Class: c.name, Owner: owner, By: r.who.s, Reason: r.reason.s,
 			At: time.Unix(0, ts), Held: held})
+		a.forcedIncidentLocked(k.key, owner, r.who.s, r.reason.s, ts)
+		a.waits.forced(k.key, ts)
 		a.endEventLocked(sh, k, lease, owner, ts, hold, endForced, event.TraceID{}) // the operator's trace, not the hold's
 
 	case event.Expired:

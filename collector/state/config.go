@@ -38,6 +38,10 @@ type Config struct {
 	// Metrics receives the counts (the Prometheus export implements it).
 	// nil counts nowhere.
 	Metrics Metrics
+	// Incidents receives the incident records the state derives (see
+	// incidents.go); the collector's store keeps them in Redis. nil keeps
+	// none (lockscope_incidents_total still counts them).
+	Incidents IncidentSink
 }
 
 // Defaults of Config.

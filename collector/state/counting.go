@@ -45,14 +45,15 @@ type Metrics interface {
 
 // Totals are the state-wide figures.
 type Totals struct {
-	Events    [16]Counter // events applied, by event.Type
-	Malformed Counter     // stream entries that could not be decoded
-	Dropped   Counter     // events emitters reported dropped
-	StreamGap Counter     // stream entries trimmed before they were read
-	Deadlocks Counter     // cycles of the wait-for graph, each once when it appears
-	LastEvent Gauge       // unix seconds of the newest applied event
-	Lag       Gauge       // stream entries not yet delivered to the group
-	Pending   Gauge       // entries delivered, not yet acknowledged
+	Events    [16]Counter                 // events applied, by event.Type
+	Malformed Counter                     // stream entries that could not be decoded
+	Dropped   Counter                     // events emitters reported dropped
+	StreamGap Counter                     // stream entries trimmed before they were read
+	Deadlocks Counter                     // cycles of the wait-for graph, each once when it appears
+	Incidents [len(IncidentKinds)]Counter // incidents opened, by kind (in the order of IncidentKinds)
+	LastEvent Gauge                       // unix seconds of the newest applied event
+	Lag       Gauge                       // stream entries not yet delivered to the group
+	Pending   Gauge                       // entries delivered, not yet acknowledged
 }
 
 // ClassMetrics are one lock class's figures.
@@ -118,6 +119,9 @@ var (
 		t := Totals{Malformed: nop{}, Dropped: nop{}, StreamGap: nop{}, Deadlocks: nop{}, LastEvent: nop{}, Lag: nop{}, Pending: nop{}}
 		for i := range t.Events {
 			t.Events[i] = nop{}
+		}
+		for i := range t.Incidents {
+			t.Incidents[i] = nop{}
 		}
 		return t
 	}()

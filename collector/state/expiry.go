@@ -113,6 +113,15 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 }
 
 func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) {
+	if !a.byLoss {
+		// The incident's time is the TTL's end where the events give it:
+		// a keyspace notification's arrival differs between replicas.
+		iat := at
+		if k.held && k.lease == lease && k.expiresAt > 0 && k.expiresAt < at {
+			iat = k.expiresAt
+		}
+		a.expiredIncidentLocked(k.key, owner, iat)
+	}
 	k.class.m.Expirations.Inc()
 	a.cur.expirations++
 	k.expSeq = a.exps.add(Expiration{Key: k.key, Class: k.class.name, Owner: owner, Lease: lease,

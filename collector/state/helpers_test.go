@@ -92,6 +92,9 @@ func (t *tally) Totals() Totals {
 	for i := range tot.Events {
 		tot.Events[i] = c("events_" + event.Type(i).String())
 	}
+	for i, k := range IncidentKinds {
+		tot.Incidents[i] = c("incidents_" + string(k))
+	}
 	return tot
 }
 

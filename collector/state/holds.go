@@ -110,6 +110,9 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 
 // endHoldLocked ends k's current hold.
 func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.Duration) {
+	if end := k.since + int64(hold); k.wasStuck(end) {
+		a.stuckIncidentLocked(k, end, endedByName(how))
+	}
 	k.held = false
 	k.ended = how
 	k.class.held--
@@ -129,6 +132,9 @@ func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.
 // it waits in the pending slot until its end event (released before expiry)
 // or the expiry grace decides.
 func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
+	if k.wasStuck(ts) {
+		a.stuckIncidentLocked(k, ts, EndedTakenOver)
+	}
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {

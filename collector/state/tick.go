@@ -45,6 +45,9 @@ func (a *Aggregator) scanLocked(now, clock int64) {
 			c := k.class
 			if clock-k.since > int64(c.stuckAfter) {
 				c.stuck++
+				if a.scanClock == 0 || a.scanClock-k.since <= int64(c.stuckAfter) {
+					a.stuckIncidentLocked(k, 0, "") // became stuck since the last scan
+				}
 			}
 			if k.passive && k.ttl <= 0 && k.expiresAt == 0 {
 				c.noExpiry++
@@ -56,4 +59,5 @@ func (a *Aggregator) scanLocked(now, clock int64) {
 		})
 		sh.mu.Unlock()
 	}
+	a.scanClock = clock
 }

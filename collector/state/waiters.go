@@ -54,7 +54,7 @@ func LiveWaiters(evs []event.Event, now time.Time) map[string]int {
 			}
 			w.add(e, "", ts)
 		case event.Acquired, event.Failed:
-			w.end(e.Lease)
+			w.end(e.Lease, 0, "")
 		}
 	}
 	w.expire(at - int64(DefaultExpiryGrace))
@@ -80,12 +80,43 @@ type waits struct {
 	byLease map[string]*waiter
 	byKey   map[string][]*waiter // in order of arrival
 	cycles  map[string]Cycle     // current cycles by member leases
+	scanned bool                 // a scan has run (the first records every cycle as an incident)
+
+	// How the current cycles broke, for their incidents: the cycle of each
+	// member's lease and of each key a member holds, and the first end of
+	// a member's wait (or forced release of a member's key) since the last
+	// scan, by cycle.
+	memberOf map[string]string // lease -> cycle id
+	heldIn   map[string]string // key a member holds -> cycle id
+	broken   map[string]waitEnd
+}
+
+// waitEnd is how and when a wait ended.
+type waitEnd struct {
+	at  int64
+	how string
 }
 
 func (w *waits) init() {
 	w.byLease = make(map[string]*waiter)
 	w.byKey = make(map[string][]*waiter)
 	w.cycles = make(map[string]Cycle)
+	w.broken = make(map[string]waitEnd)
+}
+
+// breakLocked records that cycle id broke at at (the first end counts).
+func (w *waits) breakLocked(id string, at int64, how string) {
+	if _, done := w.broken[id]; id != "" && !done {
+		w.broken[id] = waitEnd{at, how}
+	}
+}
+
+// forced records an operator's forced release of key at at: it breaks a
+// cycle one of whose members held key.
+func (w *waits) forced(key string, at int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.breakLocked(w.heldIn[key], at, event.Forced.String())
 }
 
 // add records a waiting event of key (class) at ts.
@@ -109,8 +140,9 @@ func (w *waits) add(e *event.Event, class string, ts int64) {
 	w.byKey[x.key] = append(w.byKey[x.key], x)
 }
 
-// end removes the waiter of lease (its wait ended: acquired or failed).
-func (w *waits) end(lease string) {
+// end removes the waiter of lease: its wait ended at at, how (acquired,
+// timed_out, canceled, failed).
+func (w *waits) end(lease string, at int64, how string) {
 	if lease == "" {
 		return
 	}
@@ -118,7 +150,19 @@ func (w *waits) end(lease string) {
 	defer w.mu.Unlock()
 	if x := w.byLease[lease]; x != nil {
 		w.removeLocked(x)
+		w.breakLocked(w.memberOf[lease], at, how)
 	}
+}
+
+// failedHow is how a wait that failed with reason ended.
+func failedHow(reason string) string {
+	switch reason {
+	case event.ReasonTimeout:
+		return EndedTimedOut
+	case event.ReasonCanceled:
+		return EndedCanceled
+	}
+	return EndedFailed
 }
 
 func (w *waits) removeLocked(x *waiter) {
@@ -138,6 +182,7 @@ func (w *waits) expire(clock int64) {
 	for _, x := range w.byLease {
 		if x.deadline < clock {
 			w.removeLocked(x)
+			w.breakLocked(w.memberOf[x.lease], x.deadline, EndedTimedOut)
 		}
 	}
 }
@@ -310,14 +355,51 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 		cy := g.cycleOf(c)
 		now[cy.id] = cy
 	}
+	var opened []Cycle
+	var closed []brokenCycle
 	a.waits.mu.Lock()
-	for id := range now {
-		if _, known := a.waits.cycles[id]; !known && !a.muted {
+	for id, cy := range now {
+		_, known := a.waits.cycles[id]
+		if !known && !a.muted {
 			a.tot.Deadlocks.Inc()
+		}
+		if !known || !a.waits.scanned {
+			opened = append(opened, cy)
+		}
+	}
+	for id, cy := range a.waits.cycles {
+		if _, still := now[id]; !still {
+			closed = append(closed, brokenCycle{cy, a.waits.broken[id]})
 		}
 	}
 	a.waits.cycles = now
+	a.waits.scanned = true
+	a.waits.memberOf = make(map[string]string)
+	a.waits.heldIn = make(map[string]string)
+	for id, cy := range now {
+		for _, m := range cy.Members {
+			a.waits.memberOf[m.Lease] = id
+			a.waits.heldIn[m.Holds] = id
+		}
+	}
+	clear(a.waits.broken)
 	a.waits.mu.Unlock()
+	for _, cy := range opened {
+		a.deadlockIncidentLocked(cy, waitEnd{})
+	}
+	for _, b := range closed {
+		if b.end.at == 0 {
+			b.end = waitEnd{clock, EndedResolved}
+		}
+		a.deadlockIncidentLocked(b.cycle, b.end)
+	}
+	a.queueIncidentsLocked(ws, clock)
+}
+
+// brokenCycle is a cycle gone since the last scan, and how it broke.
+type brokenCycle struct {
+	cycle Cycle
+	end   waitEnd
 }
 
 // knownCyclesLocked records the deadlocks among the replayed waiters that

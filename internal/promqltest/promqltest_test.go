@@ -82,7 +82,7 @@ func TestExportedHasEveryDesignedMetric(t *testing.T) {
 		"lockscope_events_malformed_total": dto.MetricType_COUNTER, "lockscope_events_dropped_total": dto.MetricType_COUNTER,
 		"lockscope_last_event_timestamp_seconds": dto.MetricType_GAUGE, "lockscope_stream_lag_entries": dto.MetricType_GAUGE,
 		"lockscope_stream_pending_entries":   dto.MetricType_GAUGE,
-		"lockscope_renewal_headroom_seconds": dto.MetricType_HISTOGRAM, "lockscope_renewal_headroom_ratio": dto.MetricType_HISTOGRAM,
+		"lockscope_renewal_headroom_seconds": dto.MetricType_HISTOGRAM, "lockscope_incidents_total": dto.MetricType_COUNTER, "lockscope_renewal_headroom_ratio": dto.MetricType_HISTOGRAM,
 	} {
 		if g, ok := got[name]; !ok || g != typ {
 			t.Errorf("Exported()[%s] = %v, %v, want %v", name, g, ok, typ)
