@@ -286,8 +286,8 @@ func TestACLCollector(t *testing.T) {
 	srv := startACLServer(t)
 	admin := srv.Client(t)
 	lines := readACLDoc(t)["lockscope-collector"]
-	if len(lines) != 3 {
-		t.Fatalf("%s has %d lines for lockscope-collector, want 3 (stream, replicas, passive watch)", aclDoc, len(lines))
+	if len(lines) != 4 {
+		t.Fatalf("%s has %d lines for lockscope-collector, want 4 (stream, replicas, incidents, passive watch)", aclDoc, len(lines))
 	}
 	t.Run("replica", func(t *testing.T) {
 		t.Parallel()
@@ -295,7 +295,15 @@ func TestACLCollector(t *testing.T) {
 			return replicaCapability(ctx, t, admin, user, rdb, budget)
 		})
 	})
-	stream, watchLines := lines[:1], []aclLine{lines[0], lines[2]}
+	t.Run("incidents", func(t *testing.T) {
+		t.Parallel()
+		// One variant at a time, each after SCRIPT FLUSH: the script
+		// another variant loaded would run without +eval.
+		checkMinimal(t, srv, []aclLine{lines[0], lines[2]}, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, _ time.Duration) error {
+			return incidentsCapability(ctx, admin, user, rdb)
+		})
+	})
+	stream, watchLines := lines[:1], []aclLine{lines[0], lines[3]}
 	t.Run("stream", func(t *testing.T) {
 		t.Parallel()
 		checkMinimal(t, srv, stream, 0, true, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, budget time.Duration) error {
@@ -497,6 +505,34 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	redistest.Sleep(ctx, 5500*time.Millisecond)
 	if l := logs.String(); strings.Contains(l, "checkpoint") {
 		return errors.New("checkpoint: " + l)
+	}
+	return nil
+}
+
+// incidentsCapability writes incidents into the shared history as user,
+// past its bound (so that the least recent are dropped), and lists them.
+func incidentsCapability(ctx context.Context, admin *redis.Client, user string, rdb *redis.Client) error {
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		return err
+	}
+	s := collector.NewIncidentStore(rdb, event.DefaultStream, &collector.IncidentOptions{Max: 1, Logger: quietLog()})
+	start := time.Now().Truncate(time.Millisecond)
+	for i := range 3 {
+		s.Incident(state.Incident{ID: fmt.Sprintf("stuck:%s:%d", user, i), Kind: state.IncidentStuck, Keys: []string{"app:k"},
+			Start: start.Add(time.Duration(i) * time.Second), Count: 1})
+	}
+	if err := s.Flush(ctx); err != nil {
+		return fmt.Errorf("writing the incident history: %w", err)
+	}
+	got, err := s.List(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("listing the incident history: %w", err)
+	}
+	if len(got) != 1 || got[0].ID != fmt.Sprintf("stuck:%s:2", user) {
+		return fmt.Errorf("incident history = %+v, want only the newest of the three (bound 1)", got)
+	}
+	if ttl := admin.PTTL(ctx, collector.IncidentsKey(event.DefaultStream)).Val(); ttl <= 0 {
+		return fmt.Errorf("incident history PTTL = %v, want it to expire", ttl)
 	}
 	return nil
 }
