@@ -62,6 +62,10 @@ type Options struct {
 	// the id's 32 hex digits (https://tempo.example.com/trace/{trace_id}).
 	// "" shows the ids as text.
 	TraceURL string
+	// Incidents, if set, is the incident history GET /incidents and
+	// /api/v1/incidents list (the collector's IncidentStore). nil: the
+	// dashboard keeps none.
+	Incidents IncidentLister
 }
 
 // server holds what handlers share.
@@ -159,6 +163,7 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/keys", read(s.keysPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys/{key}", read(s.keyPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/blocking", read(s.blockingPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/incidents", read(s.incidentsPage)).Methods(http.MethodGet, http.MethodHead)
 	// GET shows the confirmation (operators only), POST releases.
 	r.Handle("/keys/{key}/release", s.operator(s.releaseConfirmPage, false)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys/{key}/release", s.operator(s.releasePage, false)).Methods(http.MethodPost)
@@ -169,6 +174,7 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/api/v1/locks/{key}", s.apiReader(s.apiLock)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/locks/{key}/release", s.operator(s.apiRelease, true)).Methods(http.MethodPost)
 	r.Handle("/api/v1/blocking", s.apiReader(s.apiBlocking)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/incidents", s.apiReader(s.apiIncidentsList)).Methods(http.MethodGet, http.MethodHead)
 	return r
 }
 

@@ -67,10 +67,11 @@ func everyState(t *testing.T, f *fixture) (pages, operatorPages []string) {
 		{Type: event.Acquired, Key: p + "cfg:migrate", Owner: "migrator/pod-1", Lease: "l-nottl", TS: at(time.Minute), Attempts: 1},
 	})
 	f.agg.Tick()
+	f.flushIncidents(t)
 	held := f.pfx + "orders:7731"
 	l := f.obtain(t, held, "billing-worker/ip-10-0-3-17/4242", time.Minute, false)
 	t.Cleanup(func() { l.Release(context.Background()) })
-	pages = []string{"/", "/keys", "/keys?state=held&sort=key", keyPath(stuck), keyPath(x), keyPath(held), "/blocking", "/no-such-page"}
+	pages = []string{"/", "/keys", "/keys?state=held&sort=key", keyPath(stuck), keyPath(x), keyPath(held), "/blocking", "/incidents", "/no-such-page"}
 	operatorPages = []string{"/", keyPath(held), keyPath(held) + "/release"}
 	return pages, operatorPages
 }

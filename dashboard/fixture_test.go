@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/net/html"
 
+	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -35,6 +36,17 @@ type fixture struct {
 	rdb  redis.UniversalClient
 	pfx  string
 	logs *syncbuf.Buffer
+	// incidents is the incident history the aggregator writes (in Redis,
+	// under the test's prefix); flushIncidents writes what it derived.
+	incidents *collector.IncidentStore
+}
+
+// flushIncidents writes the incidents the aggregator derived so far.
+func (f *fixture) flushIncidents(t *testing.T) {
+	t.Helper()
+	if err := f.incidents.Flush(context.Background()); err != nil {
+		t.Fatalf("writing the incident history: %v", err)
+	}
 }
 
 const (
@@ -52,13 +64,17 @@ func newFixture(t *testing.T, opt *Options) *fixture {
 	t.Helper()
 	srv := redistest.Shared(t)
 	f := &fixture{rdb: srv.Client(t), pfx: redistest.KeyPrefix(t), logs: &syncbuf.Buffer{}}
-	f.agg = state.New(state.Config{})
+	f.incidents = collector.NewIncidentStore(f.rdb, f.pfx+"events", nil)
+	f.agg = state.New(state.Config{Incidents: f.incidents})
 	f.lc = lock.New(f.rdb, &lock.Options{Owner: "test-owner", Recorder: &applyRecorder{agg: f.agg}})
 	if opt == nil {
 		opt = &Options{}
 	}
 	o := *opt
 	o.Logger = slog.New(slog.NewTextHandler(f.logs, nil))
+	if o.Incidents == nil {
+		o.Incidents = f.incidents
+	}
 	h, err := New(f.agg, f.lc, &o)
 	if err != nil {
 		t.Fatalf("New() = %v", err)

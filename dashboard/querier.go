@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"context"
 	"time"
 
 	"github.com/lockscope/lockscope/collector/state"
@@ -39,3 +40,10 @@ type Querier interface {
 }
 
 var _ Querier = (*state.Aggregator)(nil)
+
+// IncidentLister reads the incident history (the collector's
+// *IncidentStore, kept in Redis and shared by every replica).
+type IncidentLister interface {
+	// List returns up to limit incidents, the most recently started first.
+	List(ctx context.Context, limit int) ([]state.Incident, error)
+}

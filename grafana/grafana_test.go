@@ -33,6 +33,18 @@ type dashboard struct {
 	Links []struct {
 		URL string `json:"url"`
 	} `json:"links"`
+	Annotations struct {
+		List []annotation `json:"list"`
+	} `json:"annotations"`
+}
+
+// annotation is a dashboard annotation query.
+type annotation struct {
+	Name        string      `json:"name"`
+	Datasource  *datasource `json:"datasource"`
+	Expr        string      `json:"expr"`
+	Enable      bool        `json:"enable"`
+	TitleFormat string      `json:"titleFormat"`
 }
 
 type panel struct {
@@ -330,8 +342,42 @@ func dashboardExprs(t *testing.T) []promqltest.Expr {
 				exprs = append(exprs, promqltest.Expr{Where: d.path + ": panel " + p.Title + " query " + tg.RefID, Expr: e})
 			}
 		}
+		for _, a := range d.Annotations.List {
+			if a.Expr == "" {
+				continue
+			}
+			e := grafanaVars.Replace(a.Expr)
+			if strings.Contains(e, "$") {
+				t.Errorf("%s: annotation %q uses an unknown variable: %q", d.path, a.Name, a.Expr)
+			}
+			exprs = append(exprs, promqltest.Expr{Where: d.path + ": annotation " + a.Name, Expr: e})
+		}
 	}
 	return exprs
+}
+
+// TestIncidentAnnotations: the overview marks incidents on its graphs, from
+// the Prometheus datasource the provisioning ships (lockscope_incidents_total
+// by kind, deduplicated across replicas).
+func TestIncidentAnnotations(t *testing.T) {
+	for _, d := range loadDashboards(t) {
+		var found bool
+		for _, a := range d.Annotations.List {
+			if !strings.Contains(a.Expr, "lockscope_incidents_total") {
+				continue
+			}
+			found = true
+			if a.Datasource == nil || a.Datasource.Type != "prometheus" || a.Datasource.UID != "${datasource}" || !a.Enable {
+				t.Errorf("%s: annotation %q datasource %+v enabled %v, want the ${datasource} Prometheus variable, enabled", d.path, a.Name, a.Datasource, a.Enable)
+			}
+			if !strings.Contains(a.Expr, "max without (instance, pod)") || !strings.Contains(a.TitleFormat, "{{kind}}") {
+				t.Errorf("%s: annotation %q = %q titled %q, want replicas deduplicated and the kind in the title", d.path, a.Name, a.Expr, a.TitleFormat)
+			}
+		}
+		if !found {
+			t.Errorf("%s: no annotation from lockscope_incidents_total", d.path)
+		}
+	}
 }
 
 func TestDashboardQueriesParse(t *testing.T) {

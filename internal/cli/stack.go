@@ -116,13 +116,15 @@ func (c *stackConfig) validate() error {
 // stack is the collector, its metrics and the dashboard on one Redis: what
 // serve runs, and what demo runs next to the simulator.
 type stack struct {
-	log     *slog.Logger
-	rdb     redis.UniversalClient
-	agg     *state.Aggregator
-	cols    []*collector.Feeder // one per partition stream
-	emitter *lock.Emitter       // records the dashboard's forced releases
-	handler http.Handler
-	readTO  time.Duration // --read-timeout
+	log  *slog.Logger
+	rdb  redis.UniversalClient
+	agg  *state.Aggregator
+	cols []*collector.Feeder // one per partition stream
+	// incidents writes the incident history the state derives
+	incidents *collector.IncidentStore
+	emitter   *lock.Emitter // records the dashboard's forced releases
+	handler   http.Handler
+	readTO    time.Duration // --read-timeout
 }
 
 type stackConfig struct {
@@ -158,6 +160,9 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	}
 	metrics := promexport.New()
 	acfg.Metrics = metrics
+	// Every replica writes the incidents it derives into one shared history.
+	incidents := collector.NewIncidentStore(rdb, cfg.stream, &collector.IncidentOptions{Logger: log})
+	acfg.Incidents = incidents
 	agg := state.New(acfg)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -228,6 +233,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		TraceURL:           cfg.dashboard.traceURL,
 		AllowedHosts:       allowedHosts,
 		AuthFailures:       authFailures.Inc,
+		Incidents:          incidents,
 		Ping:               func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		Metrics:            exposition,
 		Logger:             log,
@@ -236,7 +242,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		closeEmitter(em, time.Second)
 		return nil, &Error{Code: ExitUsage, Err: err}
 	}
-	return &stack{log: log, rdb: rdb, agg: agg, cols: cols, emitter: em, handler: h, readTO: cfg.http.readTimeout}, nil
+	return &stack{log: log, rdb: rdb, agg: agg, cols: cols, incidents: incidents, emitter: em, handler: h, readTO: cfg.http.readTimeout}, nil
 }
 
 // defaultReplica names a replica by its host and listen port: unique among
@@ -266,6 +272,7 @@ func (s *stack) run(ctx context.Context, ln net.Listener, grace time.Duration) e
 			return nil
 		})
 	}
+	g.Go(func() error { return s.incidents.Run(gctx) })
 	g.Go(func() error {
 		err := serveHTTP(gctx, s.log, ln, s.handler, s.readTO, grace)
 		if ferr := closeEmitter(s.emitter, grace); ferr != nil {
