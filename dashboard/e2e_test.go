@@ -59,21 +59,24 @@ func TestEndToEndBrowser(t *testing.T) {
 	var shift atomic.Int64
 	shift.Store(int64(historyStart))
 	clock := func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
-	agg := state.New(state.Config{StuckAfter: 2 * time.Second, Now: clock})
+	incidents := collector.NewIncidentStore(rdb, event.DefaultStream, nil)
+	agg := state.New(state.Config{StuckAfter: 2 * time.Second, Now: clock, Incidents: incidents})
 	col := collector.New(rdb, agg, &collector.Options{Block: 100 * time.Millisecond})
 	colCtx, stopCollector := context.WithCancel(ctx)
-	colDone := make(chan error, 1)
+	colDone, incDone := make(chan error, 1), make(chan error, 1)
 	go func() { colDone <- col.Run(colCtx) }()
+	go func() { incDone <- incidents.Run(colCtx) }()
 	defer func() {
 		stopCollector()
 		if err := <-colDone; err != nil {
 			t.Errorf("collector Run() = %v", err)
 		}
+		<-incDone
 		em.Close(context.Background())
 	}()
 
 	const token = "e2e-token"
-	h, err := New(agg, lc, &Options{Token: token, TokenOperator: "oncall-ana", TraceURL: e2eTraceURL})
+	h, err := New(agg, lc, &Options{Token: token, TokenOperator: "oncall-ana", TraceURL: e2eTraceURL, Incidents: incidents})
 	if err != nil {
 		t.Fatalf("New() = %v", err)
 	}
@@ -334,6 +337,20 @@ func TestEndToEndBrowser(t *testing.T) {
 		t.Errorf("%s: holder's and waiter's trace links = %q, want %q", ledger, keyLinks, want)
 	}
 	dl.Wait()
+
+	// The incident history lists what the walk went through: the stuck
+	// hold, the forced release, the deadlock once it broke.
+	must(t, "open incidents", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/incidents")))
+	_, err = chromedp.Run(bctx, chromedp.Poll[bool](`(() => {
+		const rows = [...document.querySelectorAll('[data-testid="incident-row"]')];
+		const ended = k => rows.some(r => r.dataset.kind === k && r.querySelector('[data-testid="incident-end"]').textContent.trim() !== "open");
+		return ended("deadlock") && ended("forced") && rows.some(r => r.dataset.kind === "stuck");
+	})()`, chromedp.WithPollingTimeout(10*time.Second), chromedp.WithPollingInterval(200*time.Millisecond)))
+	if err != nil {
+		body, _ := chromedp.Run(bctx, chromedp.Evaluate[string](`document.getElementById("content").innerText`))
+		t.Fatalf("/incidents does not list the ended deadlock, the forced release and the stuck hold within 10 s: %v\n%s", err, body)
+	}
+	saveShot(t, bctx, "incidents")
 
 	if os.Getenv("LOCKSCOPE_SHOTS") != "" {
 		must(t, "open keys", chromedp.Do(bctx, chromedp.Navigate(ts.URL+"/keys")))

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"net/http"
 	"os/exec"
 	"slices"
 	"testing"
@@ -27,22 +25,14 @@ type incidentJSON struct {
 }
 
 func incidentsOf(ctx context.Context, p *proc) ([]incidentJSON, error) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.url("/api/v1/incidents?limit=1000"), nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /api/v1/incidents: %s", resp.Status)
-	}
 	var v struct {
 		Incidents []incidentJSON `json:"incidents"`
 	}
-	return v.Incidents, json.NewDecoder(resp.Body).Decode(&v)
+	err := getJSONCtx(ctx, p.url("/api/v1/incidents?limit=1000"), &v)
+	return v.Incidents, err
 }
 
-// hasIncidents reports what of want (kind → key) the list lacks.
+// missingIncidents reports what of want (kind → key) the list lacks.
 func missingIncidents(got []incidentJSON, want map[string]string) []string {
 	var out []string
 	for kind, key := range want {
