@@ -155,13 +155,13 @@ func releaseConfirm(v releaseView) templ.Component {
 				return templ_7745c5c3_Err
 			}
 			if v.Ambiguous && !v.NeedAccept {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "<p class=\"note\" data-testid=\"ambiguous-note\">This lock's value is a constant that a newer holder would write alike; its expiry tells them apart. If the holder renews or a successor takes the lock before you confirm, nothing is touched.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "<p class=\"note\" data-testid=\"ambiguous-note\">This lock's value is not a random token drawn for each acquisition: a newer holder may write it alike, and only the key's expiry tells them apart. If the holder renews or a successor takes the lock before you confirm, nothing is touched.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
 			if v.NeedAccept {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "<p class=\"form-error\" data-testid=\"ambiguous-warning\">This lock's value is a constant that a newer holder would write alike, and the key has no expiry to tell them apart: if the holder changed since you looked, releasing removes the newer holder.</p><label class=\"field check\"><input type=\"checkbox\" name=\"accept_ambiguous\" value=\"yes\" required data-testid=\"accept-ambiguous\"> <span>Release whoever holds this value when I confirm</span></label> ")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "<p class=\"form-error\" data-testid=\"ambiguous-warning\">This lock's value is not a random token drawn for each acquisition: a newer holder may write it alike, and the key has no expiry to tell them apart: if the holder changed since you looked, releasing removes the newer holder.</p><label class=\"field check\"><input type=\"checkbox\" name=\"accept_ambiguous\" value=\"yes\" required data-testid=\"accept-ambiguous\"> <span>Release whoever holds this value when I confirm</span></label> ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -131,8 +131,9 @@ func (c *Client) Inspect(ctx context.Context, key string) (*Holder, error) {
 // the key does not exist, ErrNotHeld. A successful release is recorded as an
 // event.Forced with the previous holder as Owner and the operator as By.
 //
-// A holder whose value cannot tell it from a successor (Holder.Ambiguous: a
-// constant such as "1") has Holder.Fingerprint "<sha1>@<expiry>" when the key
+// A holder whose value may not tell it from a successor (Holder.Ambiguous:
+// a constant such as "1", or any other value but a known library's random
+// token) has Holder.Fingerprint "<sha1>@<expiry>" when the key
 // has a TTL: a renewal or a successor moves the expiry, so the release is
 // refused (ErrOwnerChanged) rather than hitting a newer holder. Without a TTL
 // (or before Redis 7, which lacks PEXPIRETIME) nothing tells them apart: a

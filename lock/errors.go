@@ -23,9 +23,9 @@ var (
 	// no longer holds; nothing was changed.
 	ErrOwnerChanged = errors.New("lock: owner changed")
 	// ErrAmbiguous: ForceRelease was asked to release a holder whose value
-	// cannot tell it from a successor that wrote the same value (a constant
-	// such as "1", without an expiry to tell them apart either); nothing
-	// was changed. Quote Fingerprint+"@any" to release whoever holds it.
+	// cannot tell it from a successor that wrote the same value (any value
+	// but a known library's random token: Holder.Ambiguous), without an
+	// expiry to tell them apart either; nothing was changed. Quote Fingerprint+"@any" to release whoever holds it.
 	ErrAmbiguous = errors.New("lock: holder cannot be told apart from a successor with the same value")
 )
 

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +78,12 @@ func TestForceRelease(t *testing.T) {
 		const tok = "abc123token-7f3e9d2c"
 		rdb.Set(ctx, key, tok, 5*time.Second)
 		h, err := c.Inspect(ctx, key)
-		if err != nil || !h.Foreign || h.Ambiguous || h.Owner != "foreign "+Fingerprint(tok)[:8] || h.Value != tok || h.Since != (time.Time{}) || h.Fingerprint != Fingerprint(tok) {
+		if err != nil || !h.Foreign || h.Owner != "foreign "+Fingerprint(tok)[:8] || h.Value != tok || h.Since != (time.Time{}) {
 			t.Fatalf("Inspect(foreign) = %+v, %v, want Foreign named by its fingerprint, the raw value apart", h, err)
+		}
+		// Not a known library's random token: the expiry tells holder from successor.
+		if !h.Ambiguous || h.Fingerprint != Fingerprint(tok)+"@"+strconv.FormatInt(h.ExpireAt, 10) {
+			t.Fatalf("Inspect(foreign) = %+v, want ambiguous, its fingerprint with the expiry", h)
 		}
 		if _, err := c.ForceRelease(ctx, key, h.Fingerprint, "ops", "other library"); err != nil {
 			t.Errorf("ForceRelease(foreign) = %v", err)
@@ -137,6 +142,33 @@ func TestForceReleaseOfConstantValues(t *testing.T) {
 		}
 		if n, _ := rdb.Exists(ctx, key).Result(); n != 0 {
 			t.Error("the lock is still there")
+		}
+	})
+
+	t.Run("a value naming a process is not told from the same process's next hold", func(t *testing.T) {
+		// 30 bytes, 20 distinct: long and varied, and written alike by
+		// every acquisition of the process it names.
+		key := p + "worker"
+		const v = "worker-7.prod.example.com:4242"
+		rdb.SetNX(ctx, key, v, 10*time.Second)
+		seen, err := c.Inspect(ctx, key)
+		if err != nil || !seen.Ambiguous || seen.Fingerprint != Fingerprint(v)+"@"+strconv.FormatInt(seen.ExpireAt, 10) {
+			t.Fatalf("Inspect = %+v, %v; want ambiguous, fingerprint with the expiry", seen, err)
+		}
+		// The holder releases; the same process takes the lock again.
+		time.Sleep(5 * time.Millisecond)
+		rdb.Del(ctx, key)
+		rdb.SetNX(ctx, key, v, 10*time.Second)
+		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "stale view")
+		if !errors.Is(err, ErrOwnerChanged) || h == nil || h.Fingerprint == seen.Fingerprint {
+			t.Errorf("ForceRelease(stale) = %+v, %v; want ErrOwnerChanged with the new holder", h, err)
+		}
+		if n, _ := rdb.Exists(ctx, key).Result(); n != 1 {
+			t.Fatal("the successor's lock was removed by the fingerprint of its predecessor")
+		}
+		// Nor can its plain fingerprint release it.
+		if _, err := c.ForceRelease(ctx, key, Fingerprint(v), "ops", ""); !errors.Is(err, ErrAmbiguous) {
+			t.Errorf("ForceRelease(sha1 only) = %v, want ErrAmbiguous", err)
 		}
 	})
 

@@ -23,10 +23,12 @@ type Holder struct {
 	// there that extends or releases the lock through their own API:
 	// it is a secret, shown only to operators who ask for it.
 	Value string
-	// Ambiguous: a foreign value that cannot tell its holder from a
-	// successor writing the same value (a constant such as "1" or "locked":
-	// shorter than 16 bytes, or fewer than 10 distinct bytes, and not a
-	// known library's random token). Its Fingerprint then carries the key's
+	// Ambiguous: a foreign value that may not tell its holder from a
+	// successor writing the same value: anything but a known library's
+	// random token, which is drawn anew for every acquisition. A constant
+	// ("1", "locked") is written alike by every holder, and so is a value
+	// that names a process ("worker-7.prod.example.com:4242") by the same
+	// process's next acquisition. Its Fingerprint then carries the key's
 	// expiry ("<sha1>@<PEXPIRETIME ms>") when it has one; see ForceRelease.
 	Ambiguous bool
 	// ExpireAt is the key's absolute expiry (PEXPIRETIME, unix ms); 0 when
@@ -55,24 +57,12 @@ func newHolder(key, value string, pttl, expireAt int64) *Holder {
 	return h
 }
 
-// ambiguous reports whether a foreign value may well be written alike by
-// the next holder: not a known library's random token, and short or made of
-// few distinct bytes.
+// ambiguous reports whether a foreign value may be written alike by the
+// next holder: any value but a known library's random token. Its length
+// and variety tell nothing: "worker-7.prod.example.com:4242" has 30 bytes,
+// 20 of them distinct, and is the value of every lock its process takes.
 func ambiguous(v string) bool {
-	if ForeignKind(v) != "" {
-		return false
-	}
-	if len(v) < 16 {
-		return true
-	}
-	var seen [256]bool
-	n := 0
-	for i := 0; i < len(v) && n < 10; i++ {
-		if !seen[v[i]] {
-			seen[v[i]], n = true, n+1
-		}
-	}
-	return n < 10
+	return ForeignKind(v) == ""
 }
 
 // Fingerprint returns the hex sha1 of a lock value, as Holder.Fingerprint and

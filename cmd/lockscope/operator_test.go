@@ -54,8 +54,10 @@ func TestLocksAndInspect(t *testing.T) {
 	_, invoice := hold(t, lc, "invoice:42", "billing-batch/pod-1", time.Minute)
 	odd := "workflow:<b>\"9\"\n\xff"
 	_, oddH := hold(t, lc, odd, "editor/alice", time.Minute)
-	// Another library's lock, with a TTL, and a plain value without one.
-	rdb.Set(ctx, "job:sync", "redsync-token-123", time.Minute)
+	// Another library's lock (a redsync token: base64 of 16 random bytes),
+	// with a TTL, and a plain value without one.
+	const token = "MDEyMzQ1Njc4OWFiY2RlZg=="
+	rdb.Set(ctx, "job:sync", token, time.Minute)
 	rdb.Set(ctx, "config:flag", "on", 0)
 
 	stdout, stderr, code := lockscope(t, env, "", "locks", "--json")
@@ -74,7 +76,7 @@ func TestLocksAndInspect(t *testing.T) {
 	}
 	want := []holderJSON{
 		{Key: "invoice:42", Owner: "billing-batch/pod-1", Lease: invoice.Lease, Fence: invoice.Fence, Fingerprint: invoice.Fingerprint},
-		{Key: "job:sync", Owner: lock.ForeignOwner("redsync-token-123"), Fingerprint: lock.Fingerprint("redsync-token-123"), Foreign: true},
+		{Key: "job:sync", Owner: lock.ForeignOwner(token), Fingerprint: lock.Fingerprint(token), Foreign: true},
 		{Key: strings.ToValidUTF8(odd, "\uFFFD"), KeyB64: base64.StdEncoding.EncodeToString([]byte(odd)), Owner: "editor/alice",
 			Lease: oddH.Lease, Fence: oddH.Fence, Fingerprint: oddH.Fingerprint},
 	}
