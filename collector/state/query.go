@@ -184,6 +184,12 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 	if q.Class != "" && class == nil {
 		return LockPage{}
 	}
+	// The waiters of each key, read once rather than under the waiters'
+	// lock for every held key of the scan.
+	var waiting map[string]int
+	if q.State == StateWaited || sortBy == SortAttention {
+		waiting = a.waits.counts()
+	}
 
 	buf := candPool.Get().(*[]lockCand)
 	defer func() {
@@ -205,7 +211,7 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 				return
 			}
 		case StateWaited:
-			if !k.held || a.waits.count(k.key) == 0 {
+			if !k.held || waiting[k.key] == 0 {
 				return
 			}
 		case StateFree:
@@ -230,7 +236,7 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 			switch {
 			case k.held && clock-k.since > int64(k.class.stuckAfter):
 				c.a = 3
-			case k.held && a.waits.count(k.key) > 0:
+			case k.held && waiting[k.key] > 0:
 				c.a = 2
 			case k.held:
 				c.a = 1
@@ -440,7 +446,7 @@ func (a *Aggregator) Lock(key string) (KeyDetail, bool) {
 	s := k.statsView(&tmp)
 	d.Wait, d.Hold = s.wait.export(), s.hold.export()
 	d.AcquireSeries = s.series(now)
-	for _, x := range a.waits.keyWaiters(key) {
+	for _, x := range a.waits.keyWaiters(key, MaxWaitersNow) {
 		d.WaitersNow = append(d.WaitersNow, x.export())
 	}
 	return d, true

@@ -176,8 +176,12 @@ type KeyDetail struct {
 	Recent        []event.Event // newest first, bounded
 	AcquireSeries []float64     // per SeriesStep, oldest first
 	SeriesStep    time.Duration
-	WaitersNow    []Waiter // callers waiting for the key now, oldest first
+	WaitersNow    []Waiter // callers waiting for the key now, oldest first: at most MaxWaitersNow (Waiters counts them all)
 }
+
+// MaxWaitersNow bounds KeyDetail.WaitersNow: a key page lists the oldest
+// waiters, and says how many there are.
+const MaxWaitersNow = 100
 
 // Waiter is a caller waiting for a lock now.
 type Waiter struct {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/lockscope/lockscope/event"
 )
@@ -29,8 +30,14 @@ import (
 // defaultWaitBound is how long a waiter without a deadline is kept.
 const defaultWaitBound = 5 * time.Minute
 
-// maxWaiters bounds the waiters kept; past it new waits are not tracked.
-const maxWaiters = 100_000
+// maxWaiters and maxWaiterBytes bound the waiters kept; past either new
+// waits are not tracked. 100 000 waiters of the library's events (short
+// strings) cost some 30 MB; with every string at its limit (limits.go)
+// the bytes bound first, at some 17 000.
+const (
+	maxWaiters     = 100_000
+	maxWaiterBytes = 32 << 20
+)
 
 // LiveWaiters returns, per key, the callers waiting at now among evs: the
 // rule the Aggregator keeps its live waiters by, for a reader that has only
@@ -59,8 +66,8 @@ func LiveWaiters(evs []event.Event, now time.Time) map[string]int {
 	}
 	w.expire(at - int64(DefaultExpiryGrace))
 	out := make(map[string]int, len(w.byKey))
-	for key, list := range w.byKey {
-		out[key] = len(list)
+	for key, q := range w.byKey {
+		out[key] = q.n
 	}
 	return out
 }
@@ -71,14 +78,58 @@ type waiter struct {
 	since, deadline                  int64 // event clock, unix ns
 	held                             []string
 	trace                            event.TraceID // of the waiting call
+
+	prev, next *waiter // in its key's queue, in order of arrival
+	due        int     // index in waits.due
+}
+
+// queue is the waiters of one key in order of arrival: a doubly linked
+// list, so that a waiter leaves it in O(1) wherever it stands.
+type queue struct {
+	head, tail *waiter
+	n          int
+}
+
+func (q *queue) push(x *waiter) {
+	x.prev, x.next = q.tail, nil
+	if q.tail != nil {
+		q.tail.next = x
+	} else {
+		q.head = x
+	}
+	q.tail = x
+	q.n++
+}
+
+func (q *queue) remove(x *waiter) {
+	if x.prev != nil {
+		x.prev.next = x.next
+	} else {
+		q.head = x.next
+	}
+	if x.next != nil {
+		x.next.prev = x.prev
+	} else {
+		q.tail = x.prev
+	}
+	x.prev, x.next = nil, nil
+	q.n--
 }
 
 // waits is the live waiters. Its mutex is a leaf: held briefly, never while
 // taking another lock.
+//
+// Every change costs O(1) or O(log n) in the waiters: a wait ends through
+// its lease (a map), leaves its key's queue (a linked list) and the heap of
+// deadlines; expiry pops that heap. 100 000 callers waiting for one key and
+// dying together were dropped one scan of the key's slice each, O(n²): 7 s
+// of ingestion stalled (BENCHMARKS.md, issue 27).
 type waits struct {
 	mu      sync.Mutex
 	byLease map[string]*waiter
-	byKey   map[string][]*waiter // in order of arrival
+	byKey   map[string]*queue
+	due     []dueItem            // min-heap on deadline
+	holding map[*waiter]struct{} // waiters that hold leases: the only possible members of a cycle
 	cycles  map[string]Cycle     // current cycles by member leases
 	scanned bool                 // a scan has run (the first records every cycle as an incident)
 
@@ -89,6 +140,7 @@ type waits struct {
 	memberOf map[string]string // lease -> cycle id
 	heldIn   map[string]string // key a member holds -> cycle id
 	broken   map[string]waitEnd
+	bytes    int // what the waiters cost (waiter.cost)
 }
 
 // waitEnd is how and when a wait ended.
@@ -97,9 +149,25 @@ type waitEnd struct {
 	how string
 }
 
+// waiterOverhead is what a waiter costs besides its strings: the struct,
+// its entries in the maps, the heap and the queue.
+const waiterOverhead = int(unsafe.Sizeof(waiter{})) + 100
+
+// cost is what x costs, counted against maxWaiterBytes.
+func (x *waiter) cost() int { return waiterCost(x.key, x.owner, x.lease, x.holder, x.held) }
+
+func waiterCost(key, owner, lease, holder string, held []string) int {
+	n := waiterOverhead + len(key) + len(owner) + len(lease) + len(holder)
+	for _, l := range held {
+		n += len(l) + 16 // and its string header
+	}
+	return n
+}
+
 func (w *waits) init() {
 	w.byLease = make(map[string]*waiter)
-	w.byKey = make(map[string][]*waiter)
+	w.byKey = make(map[string]*queue)
+	w.holding = make(map[*waiter]struct{})
 	w.cycles = make(map[string]Cycle)
 	w.broken = make(map[string]waitEnd)
 }
@@ -131,13 +199,27 @@ func (w *waits) add(e *event.Event, class string, ts int64) {
 		bound = defaultWaitBound
 	}
 	held := e.HeldLeases()
+	cost := waiterCost(e.Key, e.Owner, e.Lease, e.Holder, held)
+	if w.bytes+cost > maxWaiterBytes {
+		return
+	}
 	for i := range held {
 		held[i] = strings.Clone(held[i])
 	}
 	x := &waiter{key: strings.Clone(e.Key), class: class, owner: strings.Clone(e.Owner), lease: strings.Clone(e.Lease),
 		holder: strings.Clone(e.Holder), since: ts, deadline: ts + int64(bound), held: held, trace: e.TraceID}
+	w.bytes += cost
 	w.byLease[x.lease] = x
-	w.byKey[x.key] = append(w.byKey[x.key], x)
+	q := w.byKey[x.key]
+	if q == nil {
+		q = &queue{}
+		w.byKey[x.key] = q
+	}
+	q.push(x)
+	w.pushDue(x)
+	if len(held) > 0 {
+		w.holding[x] = struct{}{}
+	}
 }
 
 // end removes the waiter of lease: its wait ended at at, how (acquired,
@@ -166,12 +248,17 @@ func failedHow(reason string) string {
 }
 
 func (w *waits) removeLocked(x *waiter) {
+	w.bytes -= x.cost()
 	delete(w.byLease, x.lease)
-	list := slices.DeleteFunc(w.byKey[x.key], func(y *waiter) bool { return y == x })
-	if len(list) == 0 {
-		delete(w.byKey, x.key)
-	} else {
-		w.byKey[x.key] = list
+	if q := w.byKey[x.key]; q != nil {
+		q.remove(x)
+		if q.n == 0 {
+			delete(w.byKey, x.key)
+		}
+	}
+	w.removeDue(x.due)
+	if len(x.held) > 0 {
+		delete(w.holding, x)
 	}
 }
 
@@ -179,11 +266,73 @@ func (w *waits) removeLocked(x *waiter) {
 func (w *waits) expire(clock int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, x := range w.byLease {
-		if x.deadline < clock {
-			w.removeLocked(x)
-			w.breakLocked(w.memberOf[x.lease], x.deadline, EndedTimedOut)
+	for len(w.due) > 0 && w.due[0].deadline < clock {
+		x := w.due[0].x
+		w.removeLocked(x)
+		w.breakLocked(w.memberOf[x.lease], x.deadline, EndedTimedOut)
+	}
+}
+
+// dueItem is an entry of the heap of deadlines. It carries the deadline
+// so that sifting reads the heap alone, not each waiter it passes.
+type dueItem struct {
+	deadline int64
+	x        *waiter
+}
+
+// pushDue adds x to the heap of deadlines.
+func (w *waits) pushDue(x *waiter) {
+	x.due = len(w.due)
+	w.due = append(w.due, dueItem{x.deadline, x})
+	w.upDue(x.due)
+}
+
+// removeDue removes the entry at index i of the heap of deadlines.
+func (w *waits) removeDue(i int) {
+	last := len(w.due) - 1
+	if i != last {
+		w.swapDue(i, last)
+	}
+	w.due[last] = dueItem{}
+	w.due = w.due[:last]
+	if i != last {
+		w.downDue(i)
+		w.upDue(i)
+	}
+}
+
+func (w *waits) swapDue(i, j int) {
+	w.due[i], w.due[j] = w.due[j], w.due[i]
+	w.due[i].x.due, w.due[j].x.due = i, j
+}
+
+func (w *waits) upDue(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if w.due[p].deadline <= w.due[i].deadline {
+			return
 		}
+		w.swapDue(i, p)
+		i = p
+	}
+}
+
+func (w *waits) downDue(i int) {
+	n := len(w.due)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && w.due[r].deadline < w.due[l].deadline {
+			m = r
+		}
+		if w.due[i].deadline <= w.due[m].deadline {
+			return
+		}
+		w.swapDue(i, m)
+		i = m
 	}
 }
 
@@ -191,7 +340,21 @@ func (w *waits) expire(clock int64) {
 func (w *waits) count(key string) int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.byKey[key])
+	if q := w.byKey[key]; q != nil {
+		return q.n
+	}
+	return 0
+}
+
+// counts returns the number of waiters of every key that has some.
+func (w *waits) counts() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int, len(w.byKey))
+	for k, q := range w.byKey {
+		out[k] = q.n
+	}
+	return out
 }
 
 // total returns all waiters.
@@ -203,42 +366,58 @@ func (w *waits) total() int {
 
 // snapshot copies the waiters, oldest first.
 func (w *waits) snapshot() []waiter {
-	return w.collect(func(*waiter) bool { return true })
+	w.mu.Lock()
+	out := make([]waiter, 0, len(w.byLease))
+	for _, x := range w.byLease {
+		out = append(out, x.copy())
+	}
+	w.mu.Unlock()
+	sortWaiters(out)
+	return out
 }
 
 // snapshotHolding is snapshot restricted to the waiting calls that hold
 // leases: every member of a cycle does (it waits while holding the lock
 // another member waits for), so they are all a cycle search needs.
 func (w *waits) snapshotHolding() []waiter {
-	return w.collect(func(x *waiter) bool { return len(x.held) > 0 })
-}
-
-// collect copies the waiters keep accepts, oldest first (ties by lease).
-func (w *waits) collect(keep func(*waiter) bool) []waiter {
 	w.mu.Lock()
-	var out []waiter // no capacity up front: most waiters hold nothing
-	for _, x := range w.byLease {
-		if keep(x) {
-			out = append(out, *x)
-		}
+	out := make([]waiter, 0, len(w.holding))
+	for x := range w.holding {
+		out = append(out, x.copy())
 	}
 	w.mu.Unlock()
-	slices.SortFunc(out, func(a, b waiter) int {
-		if a.since != b.since {
-			return int(a.since - b.since)
-		}
-		return strings.Compare(a.lease, b.lease)
-	})
+	sortWaiters(out)
 	return out
 }
 
-// keyWaiters copies key's waiters, oldest first.
-func (w *waits) keyWaiters(key string) []waiter {
+// copy returns x without its links into the waits' structures.
+func (x *waiter) copy() waiter {
+	c := *x
+	c.prev, c.next, c.due = nil, nil, 0
+	return c
+}
+
+// sortWaiters orders ws oldest first, ties by lease.
+func sortWaiters(ws []waiter) {
+	slices.SortFunc(ws, func(a, b waiter) int {
+		if a.since != b.since {
+			return cmp.Compare(a.since, b.since)
+		}
+		return strings.Compare(a.lease, b.lease)
+	})
+}
+
+// keyWaiters copies up to n of key's waiters, oldest first (by arrival).
+func (w *waits) keyWaiters(key string, n int) []waiter {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]waiter, 0, len(w.byKey[key]))
-	for _, x := range w.byKey[key] {
-		out = append(out, *x)
+	q := w.byKey[key]
+	if q == nil {
+		return nil
+	}
+	out := make([]waiter, 0, min(q.n, n))
+	for x := q.head; x != nil && len(out) < n; x = x.next {
+		out = append(out, x.copy())
 	}
 	return out
 }
@@ -348,7 +527,7 @@ func (x waiter) export() Waiter {
 // through holderOf).
 func (a *Aggregator) scanWaitsLocked(clock int64) {
 	a.waits.expire(clock - int64(a.cfg.ExpiryGrace))
-	ws := a.waits.snapshot()
+	ws := a.waits.snapshotHolding()
 	g := buildGraph(ws, a.holderOf)
 	now := make(map[string]Cycle)
 	for _, c := range g.cycles() {

@@ -2,8 +2,10 @@ package state
 
 import (
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -201,5 +203,127 @@ func TestReplayedDeadlockNotCountedAgain(t *testing.T) {
 				t.Errorf("lockscope_deadlocks_detected_total = %v with a live deadlock added, want %v", n, tc.want+1)
 			}
 		})
+	}
+}
+
+// 100 000 callers wait for one key. A third of them give up (their failed
+// events end their waits), the rest die; those whose deadline passed are
+// dropped at the next Tick, and the others stay, each key's queue in order
+// of arrival. The key page lists the oldest MaxWaitersNow of them and
+// counts them all.
+func TestWaitersManyOnOneKey(t *testing.T) {
+	const n = 100_000
+	agg, clk := newTestAggregator(t, Config{})
+	evs := waitingCrowd("hot", n, 0)
+	for i := range evs {
+		evs[i].Wait = time.Second + time.Duration(i)*time.Millisecond // deadlines 1 s to 101 s after their start
+	}
+	clk.Set(aggT0.Add(2 * time.Second)) // the event clock, when the ends come
+	agg.Apply(evs)
+	var ends []event.Event
+	for i := 0; i < n; i += 3 {
+		e := failed("hot", evs[i].Owner, 2*time.Second, time.Second, 2, event.ReasonTimeout)
+		e.Lease = evs[i].Lease
+		ends = append(ends, e)
+	}
+	agg.Apply(ends)
+	left := n - len(ends)
+	if w := agg.Overview().Waiters; w != left {
+		t.Fatalf("waiters after %d gave up = %d, want %d", len(ends), w, left)
+	}
+	// At 51 s plus the grace, the waiters whose deadline (start + 1 s +
+	// i ms) passed 51 s are gone: i < 50 000, but for those that gave up.
+	clk.Set(aggT0.Add(51*time.Second + DefaultExpiryGrace))
+	agg.Tick()
+	var want []string
+	for i := 0; i < n; i++ {
+		start := time.Duration(i) * time.Microsecond
+		if i%3 != 0 && start+evs[i].Wait >= 51*time.Second {
+			want = append(want, evs[i].Lease)
+		}
+	}
+	d, ok := agg.Lock("hot")
+	if !ok {
+		t.Fatal(`Lock("hot") unknown`)
+	}
+	if d.Waiters != len(want) || agg.Overview().Waiters != len(want) {
+		t.Fatalf("waiters after the deadlines passed = %d (key) and %d (overview), want %d", d.Waiters, agg.Overview().Waiters, len(want))
+	}
+	if len(d.WaitersNow) != MaxWaitersNow {
+		t.Fatalf("KeyDetail.WaitersNow lists %d waiters, want the oldest %d", len(d.WaitersNow), MaxWaitersNow)
+	}
+	for i, x := range d.WaitersNow {
+		if x.Lease != want[i] {
+			t.Fatalf("WaitersNow[%d] = %s, want %s (oldest first)", i, x.Lease, want[i])
+		}
+	}
+	clk.Set(aggT0.Add(2 * time.Minute))
+	agg.Tick()
+	if w := agg.Overview().Waiters; w != 0 {
+		t.Errorf("waiters after every deadline passed = %d, want 0", w)
+	}
+	if _, ok := agg.Lock("hot"); !ok {
+		t.Fatal(`Lock("hot") unknown`)
+	}
+}
+
+// The waiters' structures agree with a plain list of waiters through a
+// random sequence of waits beginning, ending and expiring over a few keys.
+func TestWaitsAgainstModel(t *testing.T) {
+	type mw struct {
+		key, lease string
+		deadline   int64
+	}
+	var w waits
+	w.init()
+	var model []mw
+	rnd := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "c"}
+	clock := int64(0)
+	for step := range 20_000 {
+		switch op := rnd.IntN(10); {
+		case op < 5:
+			lease := "L" + strconv.Itoa(step)
+			key := keys[rnd.IntN(len(keys))]
+			e := event.Event{Type: event.Waiting, Key: key, Owner: "o", Lease: lease, Wait: time.Duration(1 + rnd.IntN(1000))}
+			w.add(&e, "c", clock)
+			model = append(model, mw{key, lease, clock + int64(e.Wait)})
+		case op < 8 && len(model) > 0:
+			i := rnd.IntN(len(model))
+			w.end(model[i].lease, clock, EndedFailed)
+			model = slices.Delete(model, i, i+1)
+		default:
+			clock += int64(rnd.IntN(300))
+			w.expire(clock)
+			model = slices.DeleteFunc(model, func(x mw) bool { return x.deadline < clock })
+		}
+		if w.total() != len(model) {
+			t.Fatalf("step %d: total = %d, want %d", step, w.total(), len(model))
+		}
+		sum := 0
+		for _, x := range w.byLease {
+			sum += x.cost()
+		}
+		if w.bytes != sum {
+			t.Fatalf("step %d: waiters count %d bytes, cost %d", step, w.bytes, sum)
+		}
+		if step%97 != 0 {
+			continue
+		}
+		for _, k := range keys {
+			var want []string
+			for _, x := range model {
+				if x.key == k {
+					want = append(want, x.lease)
+				}
+			}
+			var got []string
+			for _, x := range w.keyWaiters(k, len(model)+1) {
+				got = append(got, x.lease)
+			}
+			if !slices.Equal(got, want) || w.count(k) != len(want) {
+				t.Fatalf("step %d: key %s waiters = %v (count %d), want %v", step, k, got, w.count(k), want)
+			}
+		}
 	}
 }
