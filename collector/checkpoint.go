@@ -27,6 +27,7 @@ const (
 	checkpointEvery  = 5 * time.Second
 	checkpointMinAge = 30 * time.Second // younger holders are in the replayed stream
 	checkpointMax    = 100_000          // holders kept (the oldest first)
+	checkpointBytes  = 16 << 20         // and at most this many bytes of their keys, owners and leases
 	checkpointExps   = 256              // expirations kept (the state keeps as many)
 	checkpointTTL    = 24 * time.Hour
 	restoreBatch     = 1000 // lock keys checked per pipeline
@@ -87,6 +88,16 @@ func (c *Feeder) writeCheckpoint(ctx context.Context) error {
 			}
 			return p != c.opt.Partition
 		})
+	}
+	// 100 000 holders of 100-byte strings take 10 MB; a hostile stream's,
+	// each string at the state's limit, would take ten times that, every
+	// checkpointEvery.
+	size := 0
+	for i, e := range hs {
+		if size += len(e.Key) + len(e.Owner) + len(e.Lease); size > checkpointBytes {
+			hs = hs[:i]
+			break
+		}
 	}
 	if c.opt.Partition == 0 {
 		for _, x := range c.agg.ExpirationsBefore(now.Add(-c.ckptMinAge)) {

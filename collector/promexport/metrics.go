@@ -74,6 +74,7 @@ type Metrics struct {
 	pending   prometheus.Gauge
 	deadlocks prometheus.Counter
 	incidents *prometheus.CounterVec
+	cut       *prometheus.CounterVec
 
 	state *stateCollector
 	hot   *hotKeyCollector
@@ -182,6 +183,8 @@ func New() *Metrics {
 			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
 		incidents: counter("incidents_total",
 			"Incidents this collector opened, by kind (stuck, deadlock, lease_lost, holder_expired, forced, wait_queue): the Grafana annotation source; the history is GET /api/v1/incidents.", "kind"),
+		cut: counter("event_fields_cut_total",
+			"Event fields longer than the collector keeps, by field: owner, lease, holder and by are cut to 256 bytes, reason to 512; a key over 512 bytes is not cut, its event is skipped.", "field"),
 	}
 	m.state = &stateCollector{
 		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
@@ -224,7 +227,7 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
 		m.renewalFailures, m.forced, m.handoffs, m.headroom, m.headroomRatio, m.events, m.malformed, m.dropped, m.streamGap,
-		m.lastEvent, m.lag, m.pending, m.deadlocks, m.incidents, m.state, m.hot,
+		m.lastEvent, m.lag, m.pending, m.deadlocks, m.incidents, m.cut, m.state, m.hot,
 	}
 }
 
@@ -237,6 +240,9 @@ func (m *Metrics) Totals() state.Totals {
 	}
 	for i, k := range state.IncidentKinds {
 		t.Incidents[i] = m.incidents.WithLabelValues(string(k))
+	}
+	for i, f := range state.CutFields {
+		t.Cut[i] = m.cut.WithLabelValues(f)
 	}
 	return t
 }

@@ -69,6 +69,16 @@ import (
 // with the Go runtime's default GOGC (BenchmarkDistinctKeys10M;
 // BENCHMARKS.md).
 //
+// Whatever the stream carries, memory stays bounded: strings are cut where
+// they enter and keys too long are skipped (limits.go), a ring never passes
+// maxRingBytes, and each shard evicts past its share of Config.MaxBytes
+// what its keys keep beyond their slots (keyState.cost) as it does past
+// MaxKeys. Waiters (waiters.go), parked releases, the hot-key sketches
+// (hotkeys.go) and the rings of expirations and forced releases are
+// bounded in number, with strings so cut. The streams that make the state
+// keep the most leave some 210 MB live with the defaults
+// (BenchmarkHostileWorstCase).
+//
 // # Clocks
 //
 // Windows, series and rates are cut by the collector's clock (Config.Now)
@@ -131,11 +141,17 @@ type Aggregator struct {
 	queues      map[string]openQueue // keys whose wait queue is an open incident
 }
 
+// MaxDroppedReport is the most one dropped event counts: a million events
+// a second dropped for 12 days. An emitter reports the events it dropped
+// since its last report; a count beyond this one is forged or corrupt, and
+// would make lockscope_events_dropped_total meaningless (one report of 2^63-1
+// took it to 9.2e18), so it counts this much.
+const MaxDroppedReport = 1 << 40
+
 const (
-	applyChunk   = 512  // events applied per hold of mu
-	maxInterned  = 4096 // distinct owner/reason strings shared between records
-	maxStoredLen = 512  // owner, lease, reason, ... bytes kept per record
-	ringLen      = 256  // recent expirations and forced releases kept
+	applyChunk  = 512  // events applied per hold of mu
+	maxInterned = 4096 // distinct owner/reason strings shared between records
+	ringLen     = 256  // recent expirations and forced releases kept
 )
 
 // New returns an Aggregator configured by cfg.
@@ -144,7 +160,7 @@ func New(cfg Config) *Aggregator {
 	a := &Aggregator{
 		cfg:     cfg,
 		rules:   compileRules(cfg.Classes),
-		keys:    newKeyTable(cfg.MaxKeys),
+		keys:    newKeyTable(cfg.MaxKeys, cfg.MaxBytes),
 		classes: make(map[string]*classState),
 		tab:     internTab{ids: make(map[string]uint32)},
 	}
@@ -180,7 +196,8 @@ func (a *Aggregator) advanceLocked(now int64) {
 }
 
 // Apply aggregates decoded events. Strings in evs may share memory with the
-// stream entry; Apply clones what it keeps.
+// stream entry; Apply clones what it keeps, cut to the limits of limits.go
+// (an event whose key is longer than MaxKeyBytes is skipped).
 func (a *Aggregator) Apply(evs []event.Event) {
 	for len(evs) > 0 {
 		chunk := evs[:min(len(evs), applyChunk)]
@@ -192,7 +209,10 @@ func (a *Aggregator) Apply(evs []event.Event) {
 		}
 		hs := a.warmLocked(chunk)
 		for i := range chunk {
-			e := &chunk[i]
+			e, ok := a.clip(&chunk[i])
+			if !ok {
+				continue
+			}
 			if len(a.parked) > 0 {
 				a.unparkForLocked(e, now)
 			}

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"math"
 	"strings"
 	"time"
 
@@ -20,9 +21,6 @@ func leaseOf(k *keyState, lease string) string {
 	}
 	if p := k.prevOf(lease, ""); p != nil && p.lease == lease {
 		return p.lease
-	}
-	if len(lease) > maxStoredLen {
-		lease = lease[:maxStoredLen]
 	}
 	return strings.Clone(lease)
 }
@@ -51,9 +49,10 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	}
 	if e.Type == event.Dropped {
 		if e.Count > 0 {
-			a.dropped += e.Count
+			n := min(e.Count, MaxDroppedReport)
+			a.dropped = min(a.dropped, math.MaxInt64-n) + n
 			if !a.muted {
-				a.tot.Dropped.Add(float64(e.Count))
+				a.tot.Dropped.Add(float64(n))
 			}
 		}
 		return
@@ -61,6 +60,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	sh := a.keys.shardOf(h)
 	sh.mu.Lock()
 	k := a.keyLocked(sh, h, e.Key)
+	before := k.cost()
 	c := k.class
 	var ownerRef ref
 	if e.Owner == k.owner {
@@ -132,7 +132,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		k.headroomLast, k.headroomMin = 0, 0
 		k.expiresAt = 0
 		if k.ttl > 0 {
-			k.expiresAt = ts + int64(k.ttl)
+			k.expiresAt = after(ts, k.ttl)
 			a.expiries.push(k.expiresAt, k)
 		}
 		k.degraded, k.passive, k.ended = e.Degraded, e.Passive, endNone
@@ -214,7 +214,18 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	}
 	a.pushLocked(k, r)
 	a.rec, a.recKey = nil, nil
+	a.chargeLocked(sh, k, before)
 	sh.mu.Unlock()
+}
+
+// after returns ts+d, or the latest time there is when that overflows: a
+// TTL of 292 years (the most a duration holds) from now does not wrap round
+// to an expiry in the past.
+func after(ts int64, d time.Duration) int64 {
+	if d > 0 && ts > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return ts + int64(d)
 }
 
 func (a *Aggregator) contendedLocked(k *keyState) {

@@ -30,6 +30,13 @@ type Config struct {
 	// MaxKeys caps the keys with state in memory; the least recently active
 	// keys that are not held are evicted first. 0 means 200_000.
 	MaxKeys int
+	// MaxBytes caps what the tracked keys keep beyond their fixed state:
+	// their key, owner and lease strings, recent events, distributions and
+	// superseded holds (see keyState.cost). Past it the least recently
+	// active keys are evicted, as past MaxKeys: a stream of long strings
+	// keeps fewer keys, never more memory. 0 means DefaultBytesPerKey per
+	// MaxKeys.
+	MaxBytes int
 	// RecentEvents is the length of each key's ring of recent events.
 	// 0 means 32; at most 32767.
 	RecentEvents int
@@ -50,6 +57,7 @@ const (
 	DefaultStuckAfter   = 5 * time.Minute
 	DefaultExpiryGrace  = time.Second
 	DefaultMaxKeys      = 200_000
+	DefaultBytesPerKey  = 384
 	DefaultRecentEvents = 32
 )
 
@@ -65,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxKeys <= 0 {
 		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = c.MaxKeys * DefaultBytesPerKey
 	}
 	if c.RecentEvents <= 0 {
 		c.RecentEvents = DefaultRecentEvents

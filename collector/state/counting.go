@@ -51,6 +51,7 @@ type Totals struct {
 	StreamGap Counter                     // stream entries trimmed before they were read
 	Deadlocks Counter                     // cycles of the wait-for graph, each once when it appears
 	Incidents [len(IncidentKinds)]Counter // incidents opened, by kind (in the order of IncidentKinds)
+	Cut       [len(CutFields)]Counter     // event fields cut (a key: its event skipped), by CutFields
 	LastEvent Gauge                       // unix seconds of the newest applied event
 	Lag       Gauge                       // stream entries not yet delivered to the group
 	Pending   Gauge                       // entries delivered, not yet acknowledged
@@ -122,6 +123,9 @@ var (
 		}
 		for i := range t.Incidents {
 			t.Incidents[i] = nop{}
+		}
+		for i := range t.Cut {
+			t.Cut[i] = nop{}
 		}
 		return t
 	}()

@@ -4,7 +4,9 @@
 // An Aggregator (aggregator.go) applies lock events (Apply, apply.go; Replay
 // after a restart, between BeginReplay and EndReplay, replay.go) and
 // keyspace expirations (KeyExpired), and on each Tick (tick.go) decides
-// expiries and finds stuck holds and deadlocks. It keeps:
+// expiries and finds stuck holds and deadlocks. Whatever the events carry,
+// what it keeps is bounded: their strings are cut where they enter
+// (limits.go), and each part below has its bound. It keeps:
 //
 //   - lock classes: user rules (Redis globs), then the default derivation
 //     (classes.go, class_state.go);

@@ -107,7 +107,7 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 	*r = record{ts: at, typ: event.Expired, owner: a.internLocked(k.owner), lease: ref{s: k.lease}, d: int64(hold),
 		reason: a.internLocked(reason), trace: k.trace}
 	a.rec, a.recKey = r, k
-	a.endHoldLocked(sh, k, endExpired, hold)
+	a.endHoldLocked(sh, k, endExpired, at, hold)
 	a.pushLocked(k, r)
 	a.rec, a.recKey = outer, outerKey
 }
@@ -169,6 +169,8 @@ func (a *Aggregator) KeyExpired(key string) {
 	if k == nil {
 		return
 	}
+	before := k.cost()
+	defer func() { sh.bytes += k.cost() - before }() // before sh.mu's deferred unlock
 	clock := a.eventClock(now)
 	switch {
 	case k.pend != nil && !(k.held && k.expiresAt > 0 && clock >= k.expiresAt):
@@ -194,7 +196,7 @@ func (a *Aggregator) KeyExpired(key string) {
 // ExpiryGrace before clock, and decides superseded holds the same way.
 func (a *Aggregator) expireDueLocked(clock int64) {
 	grace := int64(a.cfg.ExpiryGrace)
-	for len(a.expiries) > 0 && clock > a.expiries[0].at+grace {
+	for len(a.expiries) > 0 && clock-grace > a.expiries[0].at {
 		it := a.expiries.pop()
 		if !it.live() {
 			continue
@@ -202,7 +204,9 @@ func (a *Aggregator) expireDueLocked(clock int64) {
 		k := it.k
 		sh, _ := a.keys.find(k.key)
 		sh.mu.Lock()
+		before := k.cost()
 		a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "ttl")
+		sh.bytes += k.cost() - before // evicting waits for the shard's next event
 		sh.mu.Unlock()
 	}
 	// Live entries are at most one per held key; the rest are stale. Bound
@@ -218,14 +222,16 @@ func (a *Aggregator) expireDueLocked(clock int64) {
 		k := a.pendingKeys[i]
 		sh, _ := a.keys.find(k.key)
 		sh.mu.Lock()
+		before := k.cost()
 		for p := k.pend; p != nil; {
 			next := p.next
-			if clock > p.expires+grace {
+			if clock-grace > p.expires {
 				a.resolvePendingLocked(k, p, true, false) // the last removes k from pendingKeys
 			}
 			p = next
 		}
 		gone := k.pend == nil
+		sh.bytes += k.cost() - before
 		sh.mu.Unlock()
 		if !gone {
 			i++

@@ -95,6 +95,9 @@ func (t *tally) Totals() Totals {
 	for i, k := range IncidentKinds {
 		tot.Incidents[i] = c("incidents_" + string(k))
 	}
+	for i, f := range CutFields {
+		tot.Cut[i] = c("cut_" + f)
+	}
 	return tot
 }
 

@@ -83,7 +83,7 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 			a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "lost")
 			return
 		}
-		a.endHoldLocked(sh, k, how, hold)
+		a.endHoldLocked(sh, k, how, ts, hold)
 	case k.prevOf(lease, owner) != nil:
 		p := k.prevOf(lease, owner)
 		if how == endLost && ts >= p.expires-lostSlack(time.Duration(p.expires-p.since)) {
@@ -108,13 +108,13 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 	}
 }
 
-// endHoldLocked ends k's current hold.
-func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, hold time.Duration) {
+// endHoldLocked ends k's current hold at ts.
+func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, ts int64, hold time.Duration) {
 	if end := k.since + int64(hold); k.wasStuck(end) {
 		a.stuckIncidentLocked(k, end, endedByName(how))
 	}
 	k.held = false
-	k.ended = how
+	k.ended, k.endedAt = how, ts
 	k.class.held--
 	unlink(k)
 	sh.idle.pushFront(k)
@@ -184,8 +184,8 @@ func (a *Aggregator) olderAcquisitionLocked(k *keyState, lease, owner string, ts
 	if k.since == 0 || ts >= k.since || k.sameHold(lease, owner) || k.prevOf(lease, owner) != nil {
 		return false
 	}
-	if ttl > 0 && ts+int64(ttl) <= k.since {
-		a.parkLocked(k, &pendingHold{lease: lease, owner: owner, since: ts, expires: ts + int64(ttl)})
+	if ttl > 0 && after(ts, ttl) <= k.since {
+		a.parkLocked(k, &pendingHold{lease: lease, owner: owner, since: ts, expires: after(ts, ttl)})
 	}
 	return true
 }
@@ -233,7 +233,7 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 		k.ttl = ttl
 		k.expiresAt = 0
 		if ttl > 0 {
-			k.expiresAt = ts + int64(ttl)
+			k.expiresAt = after(ts, ttl)
 			a.expiries.push(k.expiresAt, k)
 		}
 		k.degraded, k.passive = e.Degraded, e.Passive
@@ -249,22 +249,30 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 		// the current hold, the old hold ended before that by an end event
 		// still to come (or lost), not by expiry.
 		p := k.prevOf(lease, owner)
-		if ttl <= 0 || ts+int64(ttl) > k.since {
+		if ttl <= 0 || after(ts, ttl) > k.since {
 			a.resolvePendingLocked(k, p, false, false)
 		} else {
-			p.expires = ts + int64(ttl)
+			p.expires = after(ts, ttl)
 		}
 	case k.held:
 		// Another lease holds the key in our view; a renewal cannot succeed
 		// for two leases, so keep the holder we know.
-	case k.endedAlready(lease, owner) && k.ended != endExpired:
-		// Renewed after its release: a duplicate or reordered entry.
+	case k.endedAlready(lease, owner) && k.ended != endExpired && ts <= k.endedAt:
+		// A renewal from before the hold's end, applied after it: a
+		// duplicate entry.
 	default:
-		// Either the expiry we declared was wrong (a renewal succeeding
-		// proves the lock was still held; the counter keeps its count) or
-		// we never saw this hold begin: held at least since now.
+		// Either the end we recorded was wrong or we never saw this hold
+		// begin: held at least since now. A renewal succeeds only while
+		// its lease holds the lock, so one timed after the hold's end
+		// proves it still held: the expiry we declared was early, or the
+		// released (lost, forced) event was not the holder's own. Events
+		// are trusted input, and anyone who may XADD to the stream can
+		// send one: without this a forged release would hide a live lock
+		// until the next rescan. The counters keep what they counted;
+		// an expired hold's expiration and hold time are not counted
+		// again when the revived hold ends.
 		resumed := k.endedAlready(lease, owner)
-		k.revived = resumed // only an expired hold gets here ended and renewed
+		k.revived = resumed && k.ended == endExpired
 		k.held = true
 		k.class.held++
 		unlink(k)

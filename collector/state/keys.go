@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/lockscope/lockscope/event"
 )
@@ -59,6 +60,7 @@ type keyState struct {
 	ttl       time.Duration
 	fence     int64
 	expSeq    uint64 // sequence of this key's last entry in the expirations ring
+	endedAt   int64  // unix ns, event clock: when the last hold ended (see ended)
 	// trace is the hold's: the trace of the call that obtained it (or,
 	// unknown that, of its first traced event).
 	trace event.TraceID
@@ -153,6 +155,9 @@ type shard struct {
 	held  list // keys held now
 	idle  list // keys not held, most recently active at the front
 	cap   int  // keys this shard keeps before evicting idle ones
+
+	bytes    int // the cost of its keys (keyState.cost)
+	maxBytes int // the cost past which it evicts idle keys
 
 	// Key states live in slabs rather than one allocation each: a scan
 	// over all keys (Locks) then reads memory in order instead of chasing
@@ -384,7 +389,7 @@ type keyTable struct {
 	mask   uint64
 }
 
-func newKeyTable(maxKeys int) *keyTable {
+func newKeyTable(maxKeys, maxBytes int) *keyTable {
 	// Enough keys per shard that per-shard LRU approximates a global one,
 	// few enough that a reader's pass over one shard is short.
 	n := 1
@@ -400,6 +405,7 @@ func newKeyTable(maxKeys int) *keyTable {
 		if i < maxKeys%n {
 			s.cap++
 		}
+		s.maxBytes = maxBytes / n
 	}
 	return t
 }
@@ -447,12 +453,14 @@ func (a *Aggregator) keyLocked(sh *shard, h uint64, key string) *keyState {
 	k.class = a.classOfLocked(k.key)
 	sh.put(h, k)
 	sh.idle.pushFront(k)
+	sh.bytes += k.cost()
 	return k
 }
 
 // evictLocked stops tracking k, to make room for a new key in its shard:
 // the caller counts the key it adds in its place.
 func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
+	sh.bytes -= k.cost() // as charged: deciding its pending holds changes it
 	for k.pend != nil {
 		// Its superseded holds can no longer be followed: decide now.
 		a.resolvePendingLocked(k, k.pend, true, false)
@@ -464,4 +472,36 @@ func (a *Aggregator) evictLocked(sh *shard, k *keyState) {
 	unlink(k)
 	sh.del(k)
 	sh.release(k)
+}
+
+// chargeLocked counts the change of k's cost since it was before, and
+// evicts the shard's least recently active keys (idle ones first, never k)
+// while the shard costs more than its share of Config.MaxBytes.
+func (a *Aggregator) chargeLocked(sh *shard, k *keyState, before int) {
+	sh.bytes += k.cost() - before
+	for sh.bytes > sh.maxBytes {
+		v := sh.idle.back()
+		if v == nil || v == k {
+			v = sh.held.back()
+		}
+		if v == nil || v == k {
+			return
+		}
+		a.evictLocked(sh, v)
+		a.tracked.Add(-1)
+	}
+}
+
+// cost is what k keeps beyond its slot, counted against Config.MaxBytes:
+// its strings, its ring buffer, its distributions and its pending holds.
+// An owner may be shared with other keys (interned): counted for each.
+func (k *keyState) cost() int {
+	n := len(k.key) + len(k.owner) + len(k.lease) + cap(k.recent)
+	if k.stats != nil {
+		n += int(unsafe.Sizeof(keyStats{}))
+	}
+	for p := k.pend; p != nil; p = p.next {
+		n += int(unsafe.Sizeof(pendingHold{})) + len(p.lease) + len(p.owner)
+	}
+	return n
 }

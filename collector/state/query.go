@@ -557,6 +557,7 @@ func (a *Aggregator) Blocking() Blocking {
 	for _, k := range keys {
 		b.Holders = append(b.Holders, *byKey[k])
 	}
+	b.HoldersTotal = len(b.Holders)
 	slices.SortFunc(b.Holders, func(x, y BlockingHolder) int {
 		if c := cmp.Compare(y.Waiters, x.Waiters); c != 0 {
 			return c
@@ -566,6 +567,7 @@ func (a *Aggregator) Blocking() Blocking {
 		}
 		return strings.Compare(x.Key, y.Key)
 	})
+	b.Holders = b.Holders[:min(len(b.Holders), MaxBlocking)]
 	for i := range ws {
 		if pointedAt[i] || g.next[i] < 0 {
 			continue // not the head of a chain of two or more waiting calls
@@ -585,8 +587,10 @@ func (a *Aggregator) Blocking() Blocking {
 		b.Chains = append(b.Chains, c)
 	}
 	slices.SortStableFunc(b.Chains, func(x, y Chain) int { return cmp.Compare(len(y.Links), len(x.Links)) })
-	b.Chains = b.Chains[:min(len(b.Chains), 50)]
-	for _, c := range g.cycles() {
+	b.Chains = b.Chains[:min(len(b.Chains), MaxBlocking)]
+	cycles := g.cycles()
+	b.CyclesTotal = len(cycles)
+	for _, c := range cycles[:min(len(cycles), MaxBlocking)] {
 		b.Cycles = append(b.Cycles, g.cycleOf(c))
 		ch := Chain{Cycle: true}
 		for _, j := range c {

@@ -62,10 +62,14 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 		}
 		hs := a.warmLocked(chunk)
 		for i := range chunk {
-			now := min(max(chunk[i].TS, a.replayAt), real)
+			e, ok := a.clip(&chunk[i])
+			if !ok {
+				continue
+			}
+			now := min(max(e.TS, a.replayAt), real)
 			a.replayAt = now
 			a.advanceLocked(now)
-			a.applyHashedLocked(&chunk[i], hs[i], now)
+			a.applyHashedLocked(e, hs[i], now)
 		}
 		// What Tick would have decided by now: expiries and parked holds
 		// whose grace has passed. Without it a key's superseded holds

@@ -197,14 +197,20 @@ type Waiter struct {
 	Trace event.TraceID // the waiting call's trace; zero if none
 }
 
-// Blocking is who blocks whom now.
+// Blocking is who blocks whom now. Its lists are bounded (MaxBlocking):
+// a page that shows them stays small whatever the stream carries.
 type Blocking struct {
-	At      time.Time
-	Holders []BlockingHolder // by waiters, then wait-seconds, most first
-	Chains  []Chain          // the longest waiting chains (A waits on B waits on C), longest first
-	Cycles  []Cycle          // deadlocks: waiting chains that close on themselves
-	Waiters int
+	At           time.Time
+	Holders      []BlockingHolder // by waiters, then wait-seconds, most first: the first MaxBlocking
+	HoldersTotal int              // keys with waiters
+	Chains       []Chain          // the longest waiting chains (A waits on B waits on C), longest first, then the cycles'
+	Cycles       []Cycle          // deadlocks: waiting chains that close on themselves, the first MaxBlocking
+	CyclesTotal  int
+	Waiters      int
 }
+
+// MaxBlocking bounds the holders, chains and cycles Blocking lists.
+const MaxBlocking = 50
 
 // BlockingHolder is a held lock with callers waiting for it.
 type BlockingHolder struct {

@@ -246,6 +246,10 @@ func skipRecord(b []byte) (int, uint8) {
 // Until then they stay in the buffer, unseen by newest; their observations
 // still count. A dropped record's observations must not be lost: the first
 // time one would be, the key's figures move to keyStats.
+//
+// The buffer never grows past maxRingBytes: records with long strings
+// (a hostile stream's) leave fewer in the ring, oldest first, rather than
+// make the key cost more.
 func (a *Aggregator) pushLocked(k *keyState, r *record) {
 	limit := a.cfg.RecentEvents
 	if k.recN == 0 {
@@ -260,13 +264,10 @@ func (a *Aggregator) pushLocked(k *keyState, r *record) {
 	if len(k.recent)+len(a.scratch) > cap(k.recent) || int(k.recN) >= 2*limit {
 		off := int(k.recOff)
 		for excess := int(k.recN) - (limit - 1); excess > 0; excess-- {
-			n, obs := skipRecord(k.recent[off:])
-			if obs != 0 && k.stats == nil {
-				k.recOff = int32(off)
-				a.materializeLocked(k)
-			}
-			off += n
-			k.recN--
+			off = a.dropOldestLocked(k, off)
+		}
+		for k.recN > 0 && len(k.recent)-off+len(a.scratch) > maxRingBytes {
+			off = a.dropOldestLocked(k, off)
 		}
 		live := k.recent[off:]
 		need := len(live) + len(a.scratch)
@@ -289,11 +290,33 @@ func (a *Aggregator) pushLocked(k *keyState, r *record) {
 			case k.recN >= 4:
 				c += need / 4
 			}
-			k.recent, k.recOff = append(slices.Grow([]byte(nil), c), live...), 0
+			buf := slices.Grow([]byte(nil), min(c, maxRingBytes))
+			if cap(buf) > maxRingBytes {
+				buf = buf[:0:maxRingBytes]
+			}
+			k.recent, k.recOff = append(buf, live...), 0
 		}
 	}
 	k.recent = append(k.recent, a.scratch...)
 	k.recN++
+}
+
+// maxRingBytes bounds a key's ring buffer. A record of the library's
+// events takes some 30 bytes, so the default 32 events fit several times
+// over; one with every string at its limit (limits.go) takes 1.3 kB.
+const maxRingBytes = 4096
+
+// dropOldestLocked drops the oldest record of k's ring, which starts at
+// off, and returns where the ring starts then. Its observations move to
+// keyStats first, if k has none yet.
+func (a *Aggregator) dropOldestLocked(k *keyState, off int) int {
+	n, obs := skipRecord(k.recent[off:])
+	if obs != 0 && k.stats == nil {
+		k.recOff = int32(off)
+		a.materializeLocked(k)
+	}
+	k.recN--
+	return off + n
 }
 
 // recIter walks a key's ring, oldest first.
@@ -447,15 +470,11 @@ func (t *internTab) str(r ref) string {
 	return t.get(r.id)
 }
 
-// internLocked returns a long-lived copy of s (at most maxStoredLen
-// bytes), shared between records and with an intern id while the table
-// has room.
+// internLocked returns a long-lived copy of s, shared between records and
+// with an intern id while the table has room.
 func (a *Aggregator) internLocked(s string) ref {
 	if s == "" {
 		return ref{}
-	}
-	if len(s) > maxStoredLen {
-		s = s[:maxStoredLen]
 	}
 	if id, ok := a.tab.ids[s]; ok {
 		return ref{s: a.tab.get(id), id: id}

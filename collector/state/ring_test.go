@@ -68,7 +68,7 @@ func TestRecordRoundTrip(t *testing.T) {
 
 // TestRingKeepsNewest checks Recent against the events applied, through
 // batched trimming, compaction and growth, with records of very different
-// sizes (owners up to and past maxStoredLen).
+// sizes (owners up to and past MaxTextBytes).
 func TestRingKeepsNewest(t *testing.T) {
 	for _, ring := range []int{1, 2, 5, 32} {
 		a, clk := newTestAggregator(t, Config{RecentEvents: ring})
@@ -89,12 +89,7 @@ func TestRingKeepsNewest(t *testing.T) {
 			}
 			e.Fence = int64(i)
 			a.Apply([]event.Event{e})
-			if len(e.Owner) > maxStoredLen {
-				e.Owner = e.Owner[:maxStoredLen]
-			}
-			if len(e.Holder) > maxStoredLen {
-				e.Holder = e.Holder[:maxStoredLen]
-			}
+			e.Owner, e.Holder = cutString(e.Owner, MaxTextBytes), cutString(e.Holder, MaxTextBytes)
 			applied = append(applied, e)
 			want := slices.Clone(applied[max(0, len(applied)-ring):])
 			slices.Reverse(want)
@@ -159,6 +154,9 @@ func TestFiguresIndependentOfRing(t *testing.T) {
 			if diff := cmp.Diff(ref.Expirations(0), a.Expirations(0)); diff != "" {
 				t.Fatalf("step %d, ring %d: Expirations (-long +short):\n%s", step, rings[i], diff)
 			}
+		}
+		for _, a := range aggs {
+			checkCosts(t, a)
 		}
 	}
 	for step := range 2000 {
@@ -282,7 +280,7 @@ func TestEvictedSlotReuse(t *testing.T) {
 // collide, wrap around the end of the index and are shifted back by
 // deletions; every key present must be found and no other.
 func TestShardIndexChurn(t *testing.T) {
-	tab := newKeyTable(1000)
+	tab := newKeyTable(1000, 1000*DefaultBytesPerKey)
 	sh := &tab.shards[0]
 	r := rand.New(rand.NewPCG(1, 2))
 	hashOf := func(i int) uint64 {
@@ -335,7 +333,7 @@ func TestShardIndexChurn(t *testing.T) {
 // TestShardIndexCollisions drives the shard index with colliding hashes,
 // which maphash gives too rarely to meet otherwise.
 func TestShardIndexCollisions(t *testing.T) {
-	tab := newKeyTable(100)
+	tab := newKeyTable(100, 100*DefaultBytesPerKey)
 	sh := &tab.shards[0]
 	keys := []string{"x", "y", "z"}
 	states := map[string]*keyState{}
