@@ -85,7 +85,7 @@ func New(q Querier, rel Releaser, opt *Options) (http.Handler, error) {
 	if q == nil {
 		return nil, errors.New("dashboard: nil Querier")
 	}
-	s := &server{q: q, rel: rel}
+	s := &server{q: newSharedQuerier(q, time.Now), rel: rel}
 	if opt != nil {
 		s.opt = *opt
 	}
