@@ -60,6 +60,10 @@
 // with {"fingerprint": "...", "reason": "..."}. Plus /healthz, /readyz and
 // /metrics.
 //
+// GET /keys/{key} and locks/{key} read the key's holder from Redis; a
+// viewer without operator credentials gets nothing Redis holds under a
+// key no lock event names, and never a fingerprint (viewerInspect).
+//
 // # Keys
 //
 // Keys are arbitrary bytes; internal/keytext holds how each medium writes

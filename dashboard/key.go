@@ -93,8 +93,15 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, known := s.q.Lock(key)
-	redisHolder, err := s.inspect(r.Context(), key)
+	if !known && operatorFrom(r.Context()) == "" {
+		s.fail(w, r, false, http.StatusNotFound, "lockscope has seen no event for this key; "+untrackedNote+".")
+		return
+	}
+	redisHolder, hidden, err := s.viewerInspect(r, key, known)
 	note := s.redisNote(redisHolder, err)
+	if hidden {
+		note = hiddenNote
+	}
 	if !known && err != nil {
 		s.fail(w, r, false, http.StatusBadGateway, "lockscope has seen no event for this key and "+note)
 		return
@@ -103,7 +110,9 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, false, http.StatusNotFound, "lockscope has seen no event for this key and Redis holds no such lock")
 		return
 	}
-	s.render(w, r, http.StatusOK, keyPage(s.keyView(r, key, d, known, redisHolder, note)))
+	v := s.keyView(r, key, d, known, redisHolder, note)
+	v.CanRelease = v.CanRelease || hidden && !s.readOnly()
+	s.render(w, r, http.StatusOK, keyPage(v))
 }
 
 // redisNote says what Redis answered, for the holder card.
@@ -372,6 +381,7 @@ type apiLockDetail struct {
 	Tracked       bool             `json:"tracked"`
 	Redis         *lockjson.Holder `json:"redis_holder"` // null: not held in Redis (or no lock client)
 	RedisError    string           `json:"redis_error,omitempty"`
+	RedisHidden   bool             `json:"redis_hidden,omitempty"` // Redis holds a value shown to operators only (redis_holder null)
 	Wait          apiDistribution  `json:"wait"`
 	Hold          apiDistribution  `json:"hold"`
 	SeriesStep    float64          `json:"series_step_seconds"`
@@ -461,7 +471,11 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, known := s.q.Lock(key)
-	h, ierr := s.inspect(r.Context(), key)
+	if !known && operatorFrom(r.Context()) == "" {
+		writeJSON(w, r, http.StatusNotFound, apiError{Error: "unknown key: no events seen; " + untrackedNote})
+		return
+	}
+	h, hidden, ierr := s.viewerInspect(r, key, known)
 	if !known && h == nil {
 		writeJSON(w, r, http.StatusNotFound, apiError{Error: "unknown key: no events seen and not held in Redis"})
 		return
@@ -490,6 +504,8 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 		}
 	} else if ierr != nil {
 		v.RedisError = ierr.Error()
+	} else if hidden {
+		v.RedisHidden = true
 	}
 	for _, e := range d.Recent {
 		v.Recent = append(v.Recent, apiEvent{

@@ -44,6 +44,48 @@ func (s *server) inspect(ctx context.Context, key string) (*lock.Holder, error) 
 	return h, err
 }
 
+// viewerInspect is inspect as the viewer of r may see it: Redis is a
+// store of secrets as well as of locks, and a page must not make it an
+// oracle (the SHA-1 of a 6-digit one-time password gives the password
+// back in a fraction of a second).
+//
+//   - An operator sees any key's holder as Redis has it, fingerprint
+//     included: it is what a forced release quotes.
+//   - Anyone else is shown nothing Redis holds under a key that no lock
+//     event names (known false): Redis is not even asked, so an answer
+//     does not tell whether the key exists.
+//   - For a key the collector tracks, anyone else sees the holder without
+//     its fingerprint; and a foreign value of no known library's shape
+//     (Holder.Ambiguous: a constant, a host name, or no lock at all
+//     under a key a stream writer named) is not shown at all: hidden
+//     reports that Redis holds one, which operators see.
+func (s *server) viewerInspect(r *http.Request, key string, known bool) (h *lock.Holder, hidden bool, err error) {
+	if operatorFrom(r.Context()) != "" {
+		h, err = s.inspect(r.Context(), key)
+		return h, false, err
+	}
+	if !known {
+		return nil, false, nil
+	}
+	h, err = s.inspect(r.Context(), key)
+	if h == nil {
+		return nil, false, err
+	}
+	if h.Foreign && h.Ambiguous {
+		return nil, true, nil
+	}
+	c := *h
+	c.Fingerprint, c.Value = "", ""
+	return &c, false, nil
+}
+
+// hiddenNote says why a viewer sees no holder that Redis has.
+const hiddenNote = "Redis holds a value of no known lock library's shape under this key: operators see it."
+
+// untrackedNote ends the not-found answer an anonymous viewer gets for a
+// key no lock event names, whether or not Redis holds it.
+const untrackedNote = "what Redis holds under a key no lock event names is shown to operators only"
+
 // releaseTimeout bounds the Redis work of one release request.
 const releaseTimeout = 5 * time.Second
 

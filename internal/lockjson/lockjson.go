@@ -27,7 +27,7 @@ type Holder struct {
 	TTL         float64    `json:"ttl_seconds"` // -1: no expiry
 	NoExpiry    bool       `json:"no_expiry,omitempty"`
 	Since       *time.Time `json:"since,omitempty"`
-	Fingerprint string     `json:"fingerprint"`
+	Fingerprint string     `json:"fingerprint,omitempty"` // operators only on the dashboard's API
 	Foreign     bool       `json:"foreign,omitempty"`
 	Degraded    bool       `json:"degraded,omitempty"` // a process-local lock taken while Redis was unreachable
 	Value       *string    `json:"value,omitempty"`
