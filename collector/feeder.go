@@ -169,6 +169,9 @@ type Feeder struct {
 	replica  bool
 	instance string // random id of this process in the presence key
 	rebuilt  bool   // fetcher only
+	// readCount is how many entries the next read asks for (fetcher
+	// only): see nextCount.
+	readCount int
 	// sharedWarned: the shared group's other readers were logged (fetcher only).
 	sharedWarned bool
 	replayed     chan struct{}

@@ -121,7 +121,7 @@ func (c *Feeder) fetch(ctx context.Context, out chan<- batch) {
 			Group:    c.opt.Group,
 			Consumer: c.opt.Consumer,
 			Streams:  []string{c.opt.Stream, ">"},
-			Count:    int64(c.opt.Count),
+			Count:    int64(c.count()),
 			Block:    c.opt.Block,
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -133,17 +133,63 @@ func (c *Feeder) fetch(ctx context.Context, out chan<- batch) {
 			continue
 		}
 		f.ok()
-		n := 0
+		n, asked := 0, c.count()
 		for _, s := range streams {
 			if len(s.Messages) > 0 {
 				n += len(s.Messages)
+				c.sized(s.Messages)
 				out <- batch{msgs: s.Messages, gen: gen}
 			}
 		}
-		if n > 0 && n < c.opt.Count {
+		if n > 0 && n < asked {
 			pace(ctx, readAt)
 		}
 	}
+}
+
+// readBudget is about the most bytes one read of the stream brings in
+// while its entries keep their size. Redis has no byte limit on a read:
+// Count entries of up to event.MaxBatchBytes each could be half a
+// gigabyte, and a writer of the stream chooses their size. After each
+// read the next asks for as many entries as readBudget holds at the size
+// of that read's largest entry: an emitter's entries (a few hundred bytes
+// per event, 512 events at most) still come Count at a time, a stream of
+// 4 MB entries comes 4 at a time.
+const readBudget = 16 << 20
+
+// count is how many entries the next read asks for: before any read, as
+// many as readBudget holds at the largest size an entry may have.
+func (c *Feeder) count() int {
+	if c.readCount <= 0 {
+		return nextCount(event.MaxBatchBytes, c.opt.Count)
+	}
+	return c.readCount
+}
+
+// sized sets the next read's count from the entries a read returned (none:
+// unchanged): see readBudget.
+func (c *Feeder) sized(msgs []redis.XMessage) {
+	if len(msgs) == 0 {
+		return
+	}
+	largest := 1
+	for _, m := range msgs {
+		n := len(m.ID)
+		for k, v := range m.Values {
+			n += len(k)
+			if s, ok := v.(string); ok {
+				n += len(s)
+			}
+		}
+		largest = max(largest, n)
+	}
+	c.readCount = nextCount(largest, c.opt.Count)
+}
+
+// nextCount is how many entries of largest bytes fit readBudget, within 1
+// and most.
+func nextCount(largest, most int) int {
+	return min(max(readBudget/max(largest, 1), 1), most)
 }
 
 // readPace is the least time between the starts of two reads that find
@@ -329,7 +375,7 @@ func (c *Feeder) readOwnPending(ctx context.Context, out chan<- batch) error {
 			Group:    c.opt.Group,
 			Consumer: c.opt.Consumer,
 			Streams:  []string{c.opt.Stream, after},
-			Count:    int64(c.opt.Count),
+			Count:    int64(c.count()),
 			Block:    -1,
 		}).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -342,6 +388,7 @@ func (c *Feeder) readOwnPending(ctx context.Context, out chan<- batch) error {
 			}
 			n += len(s.Messages)
 			after = s.Messages[len(s.Messages)-1].ID
+			c.sized(s.Messages)
 			out <- batch{msgs: s.Messages, claimed: true, gen: gen}
 		}
 		if n == 0 {
@@ -362,7 +409,7 @@ func (c *Feeder) claim(ctx context.Context, out chan<- batch) error {
 			Consumer: c.opt.Consumer,
 			MinIdle:  c.opt.ClaimMinIdle,
 			Start:    start,
-			Count:    int64(c.opt.Count),
+			Count:    int64(c.count()),
 		}).Result()
 		if err != nil {
 			return err
@@ -372,6 +419,7 @@ func (c *Feeder) claim(ctx context.Context, out chan<- batch) error {
 			c.agg.StreamGap(int64(len(deleted)))
 			c.log.Warn("pending stream entries were trimmed before any collector applied them: events lost", "missing", len(deleted))
 		}
+		c.sized(msgs)
 		if len(msgs) > 0 {
 			c.log.Info("claimed pending entries of a dead consumer", "entries", len(msgs))
 			out <- batch{msgs: msgs, claimed: true, gen: gen}

@@ -11,12 +11,16 @@ import (
 	"time"
 )
 
-var lockscopeBin struct {
+type builtBin struct {
 	once sync.Once
 	dir  string
 	path string
 	err  error
 }
+
+// lockscopeBin is built with -race when the tests run with it; plainBin
+// never is.
+var lockscopeBin, plainBin builtBin
 
 // Lockscope returns the path of the lockscope binary built from this module
 // (./cmd/lockscope), with -race when the test binary runs with the race
@@ -24,14 +28,30 @@ var lockscopeBin struct {
 // TestMain, so that listing the tests costs no build; Main removes it.
 func Lockscope(tb testing.TB) string {
 	tb.Helper()
-	b := &lockscopeBin
+	return lockscopeBin.build(tb, raceEnabled)
+}
+
+// LockscopePlain is Lockscope built as it ships, without the race detector
+// whatever the tests run with: for a test that measures the binary's
+// memory, which the race detector multiplies. Without -race it is
+// Lockscope's binary.
+func LockscopePlain(tb testing.TB) string {
+	tb.Helper()
+	if !raceEnabled {
+		return Lockscope(tb)
+	}
+	return plainBin.build(tb, false)
+}
+
+func (b *builtBin) build(tb testing.TB, race bool) string {
+	tb.Helper()
 	b.once.Do(func() {
 		if b.dir, b.err = os.MkdirTemp("", "lockscope-bin-"); b.err != nil {
 			return
 		}
 		path := filepath.Join(b.dir, "lockscope")
 		args := []string{"build", "-o", path}
-		if raceEnabled {
+		if race {
 			args = append(args, "-race")
 		}
 		// Minutes: the first -race build of the module on two loaded cores.
@@ -50,9 +70,11 @@ func Lockscope(tb testing.TB) string {
 	return b.path
 }
 
-// removeLockscope removes the built binary, if any.
+// removeLockscope removes the built binaries, if any.
 func removeLockscope() {
-	if lockscopeBin.dir != "" {
-		os.RemoveAll(lockscopeBin.dir)
+	for _, b := range []*builtBin{&lockscopeBin, &plainBin} {
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
 }
