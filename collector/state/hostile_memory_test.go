@@ -3,10 +3,8 @@ package state_test
 import (
 	"fmt"
 	"math"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 	"github.com/lockscope/lockscope/collector/internal/evtest"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/redistest"
 )
 
 // BenchmarkHostileWorstCase feeds an Aggregator with the default Config
@@ -48,26 +47,11 @@ func BenchmarkHostileWorstCase(b *testing.B) {
 				live := hostileWorstCase(b, shape == "long")
 				b.ReportMetric(float64(live)/(1<<20), "live-MB")
 			}
-			if hwm, err := peakRSS(); err == nil {
+			if hwm, err := redistest.PeakRSS(0); err == nil {
 				b.ReportMetric(float64(hwm)/(1<<20), "peak-RSS-MB")
 			}
 		})
 	}
-}
-
-// peakRSS is this process's peak resident set size, in bytes.
-func peakRSS() (int64, error) {
-	raw, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, os.ErrNotExist
 }
 
 func hostileWorstCase(b *testing.B, long bool) uint64 {

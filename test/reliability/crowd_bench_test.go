@@ -136,7 +136,7 @@ func BenchmarkServeCrowd(b *testing.B) {
 		stop()
 		spent += time.Since(start)
 		tr.CloseIdleConnections()
-		hwm, err := procHWM(p.cmd.Process.Pid)
+		hwm, err := redistest.PeakRSS(p.cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -60,7 +58,7 @@ func BenchmarkServeMemory(b *testing.B) {
 		time.Sleep(10 * time.Second)
 		stop()
 		wg.Wait()
-		hwm, err := procHWM(p.cmd.Process.Pid)
+		hwm, err := redistest.PeakRSS(p.cmd.Process.Pid)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,19 +67,4 @@ func BenchmarkServeMemory(b *testing.B) {
 		rdb.Del(ctx, stream)
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "peak-RSS-MB")
-}
-
-// procHWM is the peak resident set size of process pid, in bytes.
-func procHWM(pid int) (int64, error) {
-	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, os.ErrNotExist
 }

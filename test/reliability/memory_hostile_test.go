@@ -69,7 +69,7 @@ func TestHostileStreamMemoryBounded(t *testing.T) {
 			t.Fatalf("%s: serve did not read the %d events sent", name, sent)
 		}
 		rdb.XTrimMaxLen(ctx, stream, 0)
-		hwm, err := procHWM(pid)
+		hwm, err := redistest.PeakRSS(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +167,7 @@ func TestHostileStreamMemoryBounded(t *testing.T) {
 		}
 	}
 
-	hwm, err := procHWM(pid)
+	hwm, err := redistest.PeakRSS(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
