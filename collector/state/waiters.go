@@ -572,7 +572,7 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 		}
 		a.deadlockIncidentLocked(b.cycle, b.end)
 	}
-	a.queueIncidentsLocked(ws, clock)
+	a.queueIncidentsLocked(a.waits.snapshot(), clock) // every waiter: a queue need hold no lease
 }
 
 // brokenCycle is a cycle gone since the last scan, and how it broke.
