@@ -169,9 +169,8 @@ type waiterJSON struct {
 }
 
 // lock reads key's detail. A key none of whose events serve has applied
-// yet is a 404 to a viewer
-// (no oracle for what Redis holds): that reads as an empty detail, so a
-// caller polling for the key's events keeps polling.
+// yet is a 404 to a viewer (no oracle for what Redis holds): that reads as
+// an empty detail, so a caller polling for the key's events keeps polling.
 func (s *serve) lock(key string) lockDetail {
 	s.t.Helper()
 	var d lockDetail
