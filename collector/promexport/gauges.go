@@ -21,6 +21,10 @@ type State interface {
 	// DeadlockCycles returns the cycles of the wait-for graph found by the
 	// last scan.
 	DeadlockCycles() int
+	// LastEvent returns the time of the newest applied event; zero while
+	// none is known (a replica that has just started, before its rebuild
+	// has applied one).
+	LastEvent() time.Time
 	// HotTop returns the top n keys of window by ranking, and the window's
 	// exact total of the ranked figure.
 	HotTop(window time.Duration, by state.Ranking, n int) ([]state.HotKey, int64)
@@ -32,8 +36,8 @@ var _ State = (*state.Aggregator)(nil)
 // state. Collect holds the aggregator's lock for one pass over the classes
 // (at most MaxClasses plus rule classes): microseconds.
 type stateCollector struct {
-	src                                                        State
-	held, waiters, oldestWait, cycles, stuck, noExpiry, oldest *prometheus.Desc
+	src                                                                               State
+	held, waiters, oldestWait, cycles, stuck, stuckAfter, noExpiry, oldest, lastEvent *prometheus.Desc
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -42,17 +46,25 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldestWait
 	ch <- c.cycles
 	ch <- c.stuck
+	ch <- c.stuckAfter
 	ch <- c.noExpiry
 	ch <- c.oldest
+	ch <- c.lastEvent
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.GaugeValue, float64(c.src.DeadlockCycles()))
+	// Absent, not 0, while no event is known: a restarted replica that
+	// exported 0 before its rebuild looked 56 years stale for a scrape.
+	if t := c.src.LastEvent(); !t.IsZero() {
+		ch <- prometheus.MustNewConstMetric(c.lastEvent, prometheus.GaugeValue, float64(t.UnixNano())/1e9)
+	}
 	for _, g := range c.src.ClassGauges() {
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(g.Held), g.Class)
 		ch <- prometheus.MustNewConstMetric(c.waiters, prometheus.GaugeValue, float64(g.Waiters), g.Class)
 		ch <- prometheus.MustNewConstMetric(c.oldestWait, prometheus.GaugeValue, float64(g.OldestWait)/1e9, g.Class)
 		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(g.Stuck), g.Class)
+		ch <- prometheus.MustNewConstMetric(c.stuckAfter, prometheus.GaugeValue, g.StuckAfter.Seconds(), g.Class)
 		ch <- prometheus.MustNewConstMetric(c.noExpiry, prometheus.GaugeValue, float64(g.NoExpiry), g.Class)
 		if g.Held > 0 && !g.OldestHold.IsZero() {
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(g.OldestHold.UnixNano())/1e9, g.Class)

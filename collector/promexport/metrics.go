@@ -69,7 +69,6 @@ type Metrics struct {
 	malformed prometheus.Counter
 	dropped   prometheus.Counter
 	streamGap prometheus.Counter
-	lastEvent prometheus.Gauge
 	lag       prometheus.Gauge
 	pending   prometheus.Gauge
 	deadlocks prometheus.Counter
@@ -176,9 +175,8 @@ func New() *Metrics {
 			Help: "Events emitters reported they had to drop (sum of dropped events' counts)."}),
 		streamGap: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "stream_gap_entries_total",
 			Help: "Stream entries trimmed away before the collector read them."}),
-		lastEvent: gauge("last_event_timestamp_seconds", "Unix time of the newest applied event (never later than the collector's clock)."),
-		lag:       gauge("stream_lag_entries", "Stream entries not yet delivered to the consumer group."),
-		pending:   gauge("stream_pending_entries", "Entries delivered to the consumer group but not yet acknowledged."),
+		lag:     gauge("stream_lag_entries", "Stream entries not yet delivered to the consumer group."),
+		pending: gauge("stream_pending_entries", "Entries delivered to the consumer group but not yet acknowledged."),
 		deadlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "deadlocks_detected_total",
 			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
 		incidents: counter("incidents_total",
@@ -196,6 +194,10 @@ func New() *Metrics {
 		cycles: prometheus.NewDesc(namespace+"_deadlock_cycles",
 			"Cycles in the wait-for graph now: callers that each wait for a lock another of them holds (deadlocks).", nil, nil),
 		stuck: prometheus.NewDesc(namespace+"_stuck_locks", "Locks held longer than their class's stuck threshold.", []string{"class"}, nil),
+		stuckAfter: prometheus.NewDesc(namespace+"_stuck_threshold_seconds",
+			"The class's stuck threshold: --stuck-after, or the first CLASS_GLOB=DURATION entry matching the class.", []string{"class"}, nil),
+		lastEvent: prometheus.NewDesc(namespace+"_last_event_timestamp_seconds",
+			"Unix time of the newest applied event (never later than the collector's clock); absent until one is known.", nil, nil),
 		noExpiry: prometheus.NewDesc(namespace+"_locks_without_expiry",
 			"Locks held now without a TTL (watched keys holding a known library's token, or any value under a --watch PATTERN=any): if the holder dies they stay held.", []string{"class"}, nil),
 		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
@@ -227,14 +229,14 @@ func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
 		m.renewalFailures, m.forced, m.handoffs, m.headroom, m.headroomRatio, m.events, m.malformed, m.dropped, m.streamGap,
-		m.lastEvent, m.lag, m.pending, m.deadlocks, m.incidents, m.cut, m.state, m.hot,
+		m.lag, m.pending, m.deadlocks, m.incidents, m.cut, m.state, m.hot,
 	}
 }
 
 // Totals resolves the state-wide figures (see state.Metrics).
 func (m *Metrics) Totals() state.Totals {
 	t := state.Totals{Malformed: m.malformed, Dropped: m.dropped, StreamGap: m.streamGap, Deadlocks: m.deadlocks,
-		LastEvent: m.lastEvent, Lag: m.lag, Pending: m.pending}
+		Lag: m.lag, Pending: m.pending}
 	for _, typ := range event.Types() {
 		t.Events[typ] = m.events.WithLabelValues(typ.String())
 	}

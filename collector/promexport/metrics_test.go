@@ -33,7 +33,8 @@ func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 // TestMetricsScripted applies a scripted sequence with a fake clock and
 // compares the whole exposition (histograms checked separately).
 func TestMetricsScripted(t *testing.T) {
-	a, clk, m := newTestState(t, state.Config{Classes: []state.ClassRule{{Pattern: "payment:*"}}})
+	a, clk, m := newTestState(t, state.Config{Classes: []state.ClassRule{{Pattern: "payment:*"}},
+		StuckRules: []state.StuckRule{{Pattern: "pay*", After: 2 * time.Hour}}})
 	reg := prometheus.NewPedanticRegistry()
 	if err := m.Register(reg, a); err != nil {
 		t.Fatalf("Register() = %v", err)
@@ -142,7 +143,7 @@ lockscope_held_locks{class="payment:*"} 0
 lockscope_hot_key_contentions{class="__other__",key="__other__"} 0
 lockscope_hot_key_contentions{class="orders:*",key="orders:42"} 2
 lockscope_hot_key_contentions{class="orders:*",key="orders:43"} 1
-# HELP lockscope_last_event_timestamp_seconds Unix time of the newest applied event (never later than the collector's clock).
+# HELP lockscope_last_event_timestamp_seconds Unix time of the newest applied event (never later than the collector's clock); absent until one is known.
 # TYPE lockscope_last_event_timestamp_seconds gauge
 lockscope_last_event_timestamp_seconds ` + fmtFloat(float64(evtest.T0.Add(950*ms).UnixNano())/1e9) + `
 # HELP lockscope_releases_total Release calls by outcome: released, or not_owner when the lock had already passed to another owner.
@@ -172,6 +173,11 @@ lockscope_stream_pending_entries 3
 lockscope_stuck_locks{class="jobs:*"} 0
 lockscope_stuck_locks{class="orders:*"} 0
 lockscope_stuck_locks{class="payment:*"} 0
+# HELP lockscope_stuck_threshold_seconds The class's stuck threshold: --stuck-after, or the first CLASS_GLOB=DURATION entry matching the class.
+# TYPE lockscope_stuck_threshold_seconds gauge
+lockscope_stuck_threshold_seconds{class="jobs:*"} 300
+lockscope_stuck_threshold_seconds{class="orders:*"} 300
+lockscope_stuck_threshold_seconds{class="payment:*"} 7200
 # HELP lockscope_waiters Callers waiting for a lock of the class now (from waiting events; a wait ends with its acquisition or failure, or at its deadline).
 # TYPE lockscope_waiters gauge
 lockscope_waiters{class="jobs:*"} 0
@@ -185,7 +191,7 @@ lockscope_waiters{class="payment:*"} 1
 		"lockscope_held_locks", "lockscope_hot_key_contentions", "lockscope_last_event_timestamp_seconds",
 		"lockscope_releases_total", "lockscope_renewal_failures_total", "lockscope_stream_gap_entries_total",
 		"lockscope_stream_lag_entries", "lockscope_stream_pending_entries", "lockscope_stuck_locks",
-		"lockscope_waiters", "lockscope_oldest_hold_start_timestamp_seconds",
+		"lockscope_stuck_threshold_seconds", "lockscope_waiters", "lockscope_oldest_hold_start_timestamp_seconds",
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Error(err)
@@ -490,5 +496,31 @@ lockscope_renewal_headroom_seconds_count{class="job:*"} 3
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lockscope_renewal_headroom_seconds", "lockscope_renewal_headroom_ratio"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A state that has applied no event yet (a replica rebuilding its picture
+// after a restart) exports no last-event time at all: a 0 would read as an
+// event stream silent since 1970 and set LockscopeEventsStale pending.
+func TestLastEventAbsentUntilKnown(t *testing.T) {
+	a, clk, m := newTestState(t, state.Config{})
+	reg := prometheus.NewPedanticRegistry()
+	if err := m.Register(reg, a); err != nil {
+		t.Fatal(err)
+	}
+	const name = "lockscope_last_event_timestamp_seconds"
+	if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
+		t.Fatalf("before any event: %d series of %s (err %v), want none", n, name, err)
+	}
+	a.Tick() // a tick without events knows no event either
+	if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 0 {
+		t.Fatalf("after a tick: %d series of %s (err %v), want none", n, name, err)
+	}
+	clk.Set(evtest.T0.Add(time.Second))
+	a.Replay([]event.Event{evtest.Acquired("jobs:1", "A", "L1", 250*time.Millisecond, 0, 1, time.Minute)}, false)
+	want := fmt.Sprintf("# HELP %s Unix time of the newest applied event (never later than the collector's clock); absent until one is known.\n# TYPE %s gauge\n%s %s\n",
+		name, name, name, fmtFloat(float64(evtest.T0.Add(250*time.Millisecond).UnixNano())/1e9))
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), name); err != nil {
+		t.Errorf("after a replayed event: %v", err)
 	}
 }

@@ -20,7 +20,8 @@ import (
 //     obtain's first attempt finds the lock held); a wait ends with the
 //     same lease's acquired or failed event, or at its deadline (see
 //     waiters.go, which also keeps the wait-for graph and its cycles).
-//   - Stuck: held longer than StuckAfter (or the class's override). The
+//   - Stuck: held longer than StuckAfter, or than the threshold of the
+//     first of StuckRules matching the class's name. The
 //     wire carries no maximum hold, so the threshold is the maximum hold
 //     operators expect; a hold renewing past it is stuck.
 //   - Expired while held: a hold ends once, by the first of: its release,
@@ -101,6 +102,7 @@ type Aggregator struct {
 	lag       atomic.Int64
 	pending   atomic.Int64
 	gap       atomic.Int64
+	lastEvent atomic.Int64 // evMax, for readers that do not take mu
 
 	healthMu sync.Mutex
 	health   error
@@ -221,11 +223,8 @@ func (a *Aggregator) Apply(evs []event.Event) {
 			}
 			a.applyHashedLocked(e, hs[i], now)
 		}
-		last := a.evMax
+		a.lastEvent.Store(a.evMax)
 		a.mu.Unlock()
-		if last > 0 {
-			a.tot.LastEvent.Set(float64(last) / 1e9)
-		}
 	}
 }
 

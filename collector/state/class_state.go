@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/lockscope/lockscope/collector/internal/glob"
 )
 
 // A class's state and how a key finds its class: user rules first, then
@@ -11,10 +13,12 @@ import (
 // remembered, and at most Config.MaxClasses derived classes.
 
 // classState is one lock class: its metric children and mirrored gauges.
-// Guarded by Aggregator.mu except name and stuckAfter, which never change.
+// Guarded by Aggregator.mu except name, stuckAfter and stuckRule, which
+// never change.
 type classState struct {
 	name       string
 	stuckAfter time.Duration
+	stuckRule  string       // the StuckRule pattern that set stuckAfter; "" for Config.StuckAfter
 	m          ClassMetrics // counted, or nopClass while muted
 	counted    ClassMetrics // Metrics.Class(name)
 	held       int
@@ -86,8 +90,11 @@ func (a *Aggregator) classLocked(name string) *classState {
 	}
 	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, counted: a.met.Class(name)}
 	c.m = c.metricsFor(a.muted)
-	if d, ok := a.cfg.StuckAfterByClass[name]; ok && d > 0 {
-		c.stuckAfter = d
+	for _, r := range a.cfg.StuckRules {
+		if r.After > 0 && glob.Match(r.Pattern, name) {
+			c.stuckAfter, c.stuckRule = r.After, r.Pattern
+			break
+		}
 	}
 	a.classes[name] = c
 	names := append(slices.Clone(*a.classNames.Load()), name)

@@ -12,6 +12,14 @@ type ClassRule struct {
 	Class   string // "" means the pattern itself
 }
 
+// StuckRule sets the stuck threshold of the lock classes whose name matches
+// Pattern, a glob in the grammar of ClassRule.Pattern matched against the
+// class name: "edit:*" covers the class edit:* and edit:draft:* alike.
+type StuckRule struct {
+	Pattern string
+	After   time.Duration // > 0
+}
+
 // Config tunes an Aggregator. Every zero value has a documented default.
 type Config struct {
 	// Classes are user rules, tried in order before the default derivation.
@@ -22,8 +30,10 @@ type Config struct {
 	// StuckAfter is how long a hold may last before it counts as stuck.
 	// 0 means 5m.
 	StuckAfter time.Duration
-	// StuckAfterByClass overrides StuckAfter for the named classes.
-	StuckAfterByClass map[string]time.Duration
+	// StuckRules override StuckAfter for the classes whose name matches:
+	// the first matching rule sets the class's threshold. None: every class
+	// has StuckAfter.
+	StuckRules []StuckRule
 	// ExpiryGrace is how long past its TTL (by the event clock) a hold must be
 	// before it is declared expired without a keyspace notification. 0 means 1s.
 	ExpiryGrace time.Duration

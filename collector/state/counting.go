@@ -52,7 +52,6 @@ type Totals struct {
 	Deadlocks Counter                     // cycles of the wait-for graph, each once when it appears
 	Incidents [len(IncidentKinds)]Counter // incidents opened, by kind (in the order of IncidentKinds)
 	Cut       [len(CutFields)]Counter     // event fields cut (a key: its event skipped), by CutFields
-	LastEvent Gauge                       // unix seconds of the newest applied event
 	Lag       Gauge                       // stream entries not yet delivered to the group
 	Pending   Gauge                       // entries delivered, not yet acknowledged
 }
@@ -117,7 +116,7 @@ func (nop) ObserveTraced(float64, event.TraceID) {}
 
 var (
 	nopTotals = func() Totals {
-		t := Totals{Malformed: nop{}, Dropped: nop{}, StreamGap: nop{}, Deadlocks: nop{}, LastEvent: nop{}, Lag: nop{}, Pending: nop{}}
+		t := Totals{Malformed: nop{}, Dropped: nop{}, StreamGap: nop{}, Deadlocks: nop{}, Lag: nop{}, Pending: nop{}}
 		for i := range t.Events {
 			t.Events[i] = nop{}
 		}

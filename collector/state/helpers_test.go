@@ -88,7 +88,7 @@ func series(metric, class string) string { return metric + "{" + class + "}" }
 func (t *tally) Totals() Totals {
 	c := func(name string) tallied { return tallied{t, series(name, "")} }
 	tot := Totals{Malformed: c("malformed"), Dropped: c("dropped"), StreamGap: c("stream_gap"), Deadlocks: c("deadlocks"),
-		LastEvent: c("last_event"), Lag: c("lag"), Pending: c("pending")}
+		Lag: c("lag"), Pending: c("pending")}
 	for i := range tot.Events {
 		tot.Events[i] = c("events_" + event.Type(i).String())
 	}

@@ -194,8 +194,8 @@ func TestLostBeforeAndAfterTTL(t *testing.T) {
 
 func TestStuckDetection(t *testing.T) {
 	a, clk := newTestAggregator(t, Config{
-		StuckAfter:        time.Minute,
-		StuckAfterByClass: map[string]time.Duration{"batch:*": 10 * time.Minute},
+		StuckAfter: time.Minute,
+		StuckRules: []StuckRule{{Pattern: "batch:*", After: 10 * time.Minute}, {Pattern: "b*", After: time.Hour}},
 	})
 	clk.Set(aggT0.Add(30 * time.Second))
 	a.Apply([]event.Event{
@@ -206,8 +206,12 @@ func TestStuckDetection(t *testing.T) {
 	clk.Set(aggT0.Add(61 * time.Second))
 	a.Tick()
 	stuck := a.Stuck()
-	if len(stuck) != 1 || stuck[0].Key != "api:1" || !stuck[0].Stuck {
-		t.Errorf("Stuck() at 61 s = %+v, want api:1 only (batch:* allows 10 m)", stuck)
+	if len(stuck) != 1 || stuck[0].Key != "api:1" || !stuck[0].Stuck || stuck[0].StuckAfter != time.Minute || stuck[0].StuckRule != "" {
+		t.Errorf("Stuck() at 61 s = %+v, want api:1 only, past the default 1m (batch:* allows 10 m)", stuck)
+	}
+	// The first rule matching the class sets its threshold, and says so.
+	if l := mustLock(t, a, "batch:1"); l.Stuck || l.StuckAfter != 10*time.Minute || l.StuckRule != "batch:*" {
+		t.Errorf("Lock(batch:1) stuck, after, rule = %v, %v, %q, want false, 10m0s, \"batch:*\"", l.Stuck, l.StuckAfter, l.StuckRule)
 	}
 	clk.Set(aggT0.Add(11 * time.Minute))
 	a.Tick()
@@ -222,10 +226,10 @@ func TestStuckDetection(t *testing.T) {
 	// lockscope_oldest_hold_start_timestamp_seconds).
 	var gauges []string
 	for _, g := range a.ClassGauges() {
-		gauges = append(gauges, fmt.Sprintf("%s stuck %d oldest %s", g.Class, g.Stuck, fmtFloat(float64(g.OldestHold.UnixNano())/1e9)))
+		gauges = append(gauges, fmt.Sprintf("%s stuck %d after %v oldest %s", g.Class, g.Stuck, g.StuckAfter, fmtFloat(float64(g.OldestHold.UnixNano())/1e9)))
 	}
 	t0 := fmtFloat(float64(aggT0.Unix()))
-	if diff := cmp.Diff([]string{"api:* stuck 2 oldest " + t0, "batch:* stuck 1 oldest " + t0}, gauges); diff != "" {
+	if diff := cmp.Diff([]string{"api:* stuck 2 after 1m0s oldest " + t0, "batch:* stuck 1 after 10m0s oldest " + t0}, gauges); diff != "" {
 		t.Errorf("ClassGauges() (-want +got):\n%s", diff)
 	}
 	if o := a.Overview(); o.Stuck != 3 || o.Held != 3 {
@@ -322,7 +326,7 @@ func TestLockDetailAndQueries(t *testing.T) {
 	d := mustLock(t, a, "d:1")
 	wantInfo := LockInfo{
 		Key: "d:1", Class: "d:*", Held: true, Owner: "A", Lease: "L9", Since: aggT0.Add(3 * time.Second),
-		TTL: 30 * time.Second, ExpiresAt: aggT0.Add(33 * time.Second), Fence: 42, Degraded: true,
+		TTL: 30 * time.Second, ExpiresAt: aggT0.Add(33 * time.Second), Fence: 42, Degraded: true, StuckAfter: DefaultStuckAfter,
 		Acquisitions: 3, Contentions: 3, Failures: 1, WaitTotal: 782 * ms, HoldTotal: 1800 * ms,
 		LastEvent: aggT0.Add(3 * time.Second),
 	}

@@ -32,6 +32,7 @@ func infoLocked(k *keyState, now, clock int64, w *waits) LockInfo {
 	li := LockInfo{
 		Key: k.key, Class: k.class.name, Held: k.held, Owner: k.owner, Lease: k.lease,
 		TTL: k.ttl, Fence: k.fence, Degraded: k.degraded, Passive: k.passive,
+		StuckAfter: k.class.stuckAfter, StuckRule: k.class.stuckRule,
 		Acquisitions: k.acquisitions, Contentions: k.contentions, Failures: k.failures,
 		WaitTotal: time.Duration(k.waitTotal), HoldTotal: time.Duration(k.holdTotal), Trace: k.trace,
 		LastHeadroom: headroomOf(k.headroomLast), MinHeadroom: headroomOf(k.headroomMin),
@@ -622,6 +623,7 @@ type ClassGauge struct {
 	Waiters    int           // callers waiting now
 	OldestWait time.Duration // how long the longest current waiter has waited; 0 when none waits
 	Stuck      int           // holds past the class's stuck threshold (at the last Tick)
+	StuckAfter time.Duration // the class's stuck threshold
 	NoExpiry   int           // holds without a TTL (at the last Tick)
 	OldestHold time.Time     // start of the oldest current hold (at the last Tick); zero if none
 }
@@ -639,7 +641,7 @@ func (a *Aggregator) ClassGauges() []ClassGauge {
 	idx := make(map[string]int, len(a.classes))
 	for _, c := range a.classes {
 		idx[c.name] = len(out)
-		g := ClassGauge{Class: c.name, Held: c.held, Stuck: c.stuck, NoExpiry: c.noExpiry}
+		g := ClassGauge{Class: c.name, Held: c.held, Stuck: c.stuck, StuckAfter: c.stuckAfter, NoExpiry: c.noExpiry}
 		if c.oldest > 0 {
 			g.OldestHold = time.Unix(0, c.oldest)
 		}
@@ -662,6 +664,15 @@ func (a *Aggregator) ClassGauges() []ClassGauge {
 	}
 	slices.SortFunc(out, func(x, y ClassGauge) int { return strings.Compare(x.Class, y.Class) })
 	return out
+}
+
+// LastEvent returns the time of the newest applied event, zero while none
+// was applied.
+func (a *Aggregator) LastEvent() time.Time {
+	if ns := a.lastEvent.Load(); ns > 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // DeadlockCycles returns the number of cycles of the wait-for graph found

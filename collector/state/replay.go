@@ -77,11 +77,8 @@ func (a *Aggregator) Replay(evs []event.Event, count bool) {
 		// expirations be lost.
 		a.expireDueLocked(a.replayAt)
 		a.muteLocked(false)
-		last := a.evMax
+		a.lastEvent.Store(a.evMax)
 		a.mu.Unlock()
-		if last > 0 {
-			a.tot.LastEvent.Set(float64(last) / 1e9)
-		}
 	}
 }
 

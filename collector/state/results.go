@@ -80,7 +80,9 @@ type LockInfo struct {
 	ExpiresAt    time.Time     // when the current hold expires unless renewed
 	Fence        int64
 	Waiters      int
-	Stuck        bool
+	Stuck        bool          // held longer than StuckAfter
+	StuckAfter   time.Duration // the stuck threshold of the key's class
+	StuckRule    string        // the Config.StuckRules pattern that set StuckAfter; "" for the default
 	Degraded     bool
 	Passive      bool // seen through keyspace notifications
 	Acquisitions int64

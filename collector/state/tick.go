@@ -20,6 +20,7 @@ func (a *Aggregator) Tick() {
 	}
 	a.advanceLocked(now)
 	a.unparkDueLocked(now)
+	a.lastEvent.Store(a.evMax)
 	a.expireDueLocked(a.eventClock(now))
 	if a.lastScan != 0 && now-a.lastScan < int64(scanEvery) && now >= a.lastScan {
 		return
