@@ -44,7 +44,12 @@ import (
 //   - Handoff: an acquisition by a different owner than the key's previous
 //     owner (remembered while the key is tracked).
 //   - Hold time is observed once per hold, when it ends; a not_owner
-//     release (the hold had already ended) adds nothing.
+//     release (the hold had already ended) adds nothing. Nor does the
+//     late word of a holder whose hold was forced away or expired (it
+//     finds its lock lost at its next renewal, maybe after a successor's
+//     acquisition): after an expiry that word marks the expiration as one
+//     under a working holder (Expiration.HolderWorking), the dangerous
+//     kind: two holders may have run at once.
 //
 // # Locking
 //
@@ -63,7 +68,7 @@ import (
 //
 // A tracked key costs about 400 bytes: its state in a slab (272 bytes), its
 // index entry, key and lease, and its recent events encoded at some 30 bytes
-// each (see ring.go). Its distributions and series (keyStats, 328
+// each (see ring.go). Its distributions and series (keyStats, 288
 // bytes) exist only once its ring has overflowed; until then they are
 // replayed from the ring. With the default MaxKeys of 200 000 that is about
 // 80 MB, and a stream of 10 M distinct keys peaks at about 230 MB of RSS

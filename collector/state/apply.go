@@ -119,6 +119,9 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		if a.olderAcquisitionLocked(k, lease, owner, ts, e.TTL) {
 			break
 		}
+		if !k.held && !k.sameHold(lease, owner) {
+			a.keepEndedLocked(k)
+		}
 		if k.held && !k.matches(lease, owner) {
 			a.supersedeLocked(k, ts)
 		}
@@ -162,6 +165,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 			// The holder released a lock that was no longer its own: its
 			// lease lapsed or was taken while it worked.
 			a.lostIncidentLocked(k, lease, owner, ts, event.Released.String(), "")
+			a.lateWordLocked(k, lease, owner, ts, true)
 			break
 		}
 		c.m.Releases[0].Inc()
@@ -200,6 +204,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 
 	case event.RenewFailed:
 		c.m.RenewalFailures.Inc()
+		a.lateWordLocked(k, lease, owner, ts, false)
 	}
 	k.lastEvent = ts
 	if k.owner == owner {

@@ -112,7 +112,9 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 	a.rec, a.recKey = outer, outerKey
 }
 
-func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) {
+// countExpirationLocked counts an expiration and returns its sequence in
+// the expirations ring.
+func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) uint64 {
 	if !a.byLoss {
 		// The incident's time is the TTL's end where the events give it:
 		// a keyspace notification's arrival differs between replicas.
@@ -126,6 +128,15 @@ func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at 
 	a.cur.expirations++
 	k.expSeq = a.exps.add(Expiration{Key: k.key, Class: k.class.name, Owner: owner, Lease: lease,
 		At: time.Unix(0, at), Held: hold, Confirmed: confirmed})
+	return k.expSeq
+}
+
+// holderWorkingLocked records that the holder of the expiration seq was
+// still at work after it: two holders may have run at once.
+func (a *Aggregator) holderWorkingLocked(seq uint64) {
+	if a.exps.holderWorking(seq) {
+		a.cur.expiredWorking++
+	}
 }
 
 // expiredEventLocked applies an expired event from an emitter or watcher.
@@ -140,6 +151,12 @@ func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner str
 		}
 		a.expireLocked(sh, k, ts, hold, passive, "")
 	case k.prevOf(lease, owner) != nil:
+		if p := k.prevOf(lease, owner); p.ended {
+			if passive {
+				a.exps.confirm(p.seq)
+			}
+			break // still waiting for its holder's word
+		}
 		a.resolvePendingLocked(k, k.prevOf(lease, owner), true, passive)
 	case k.endedAlready(lease, owner):
 		if k.ended == endExpired && passive {
@@ -172,19 +189,30 @@ func (a *Aggregator) KeyExpired(key string) {
 	before := k.cost()
 	defer func() { sh.bytes += k.cost() - before }() // before sh.mu's deferred unlock
 	clock := a.eventClock(now)
+	// Of the pending holds still undecided, the one whose TTL lapsed last
+	// before now; of those whose expiry is declared already, the latest.
+	var exp, declared *pendingHold
+	for p := k.pend; p != nil; p = p.next {
+		switch {
+		case p.ended:
+			if p.seq != 0 && (declared == nil || p.expires > declared.expires) {
+				declared = p
+			}
+		case exp == nil || (p.expires <= clock && (exp.expires > clock || p.expires > exp.expires)):
+			exp = p
+		}
+	}
+	currentLapsed := k.held && k.expiresAt > 0 && clock >= k.expiresAt
 	switch {
-	case k.pend != nil && !(k.held && k.expiresAt > 0 && clock >= k.expiresAt):
+	case exp != nil && !currentLapsed:
 		// A superseded (or late older) hold is the one that expired: the
 		// current holder's acquisition was applied before this
-		// notification arrived, and its own TTL has not lapsed yet. Of the
-		// pending holds, the one whose TTL lapsed last before now.
-		var exp *pendingHold
-		for p := k.pend; p != nil; p = p.next {
-			if exp == nil || (p.expires <= clock && (exp.expires > clock || p.expires > exp.expires)) {
-				exp = p
-			}
-		}
+		// notification arrived, and its own TTL has not lapsed yet.
 		a.resolvePendingLocked(k, exp, true, true)
+	case declared != nil && !currentLapsed:
+		// The notification of an expiry declared before the current
+		// holder's acquisition, arriving after it.
+		a.exps.confirm(declared.seq)
 	case k.held:
 		a.expireLocked(sh, k, clock, time.Duration(clock-k.since), true, "keyspace")
 	case k.ended == endExpired:

@@ -22,6 +22,17 @@ func (r *expRing) confirm(seq uint64) {
 	}
 }
 
+// holderWorking marks the entry seq as expired under a working holder; it
+// reports whether it was not marked yet.
+func (r *expRing) holderWorking(seq uint64) bool {
+	i := seq % ringLen
+	if seq == 0 || r.seq[i] != seq || r.buf[i].HolderWorking {
+		return false
+	}
+	r.buf[i].HolderWorking = true
+	return true
+}
+
 // newest returns up to n entries, newest first.
 func (r *expRing) newest(n int) []Expiration {
 	n = min(n, int(min(r.next, ringLen)))

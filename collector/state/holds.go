@@ -18,10 +18,19 @@ import (
 // before the known hold began): expired while held unless its end event
 // (from before its expiry) arrives late. A key keeps at most maxPending of
 // them, linked through next.
+//
+// A pending hold may also be one whose end is recorded already (ended): a
+// forced release, or an expiry, followed by another lease's acquisition.
+// Its holder may still be at work and report, later, that it found its
+// lock lost: that word must end nothing and count no second hold, and
+// after an expiry it shows the holder was working (Expiration.HolderWorking).
+// It waits for that word until one TTL past its expiry.
 type pendingHold struct {
 	lease, owner   string
 	since, expires int64
-	counted        bool // revived before it was superseded (keyState.revived)
+	counted        bool   // its expiration (if any) and hold time are counted: revived before it was superseded (keyState.revived), or ended
+	ended          bool   // its end is recorded: kept only to recognise its holder's late word
+	seq            uint64 // its counted expiration in the expirations ring; 0: none
 	next           *pendingHold
 	// trace is the hold's, if known.
 	trace event.TraceID
@@ -68,10 +77,11 @@ func lostSlack(ttl time.Duration) int64 {
 
 // endEventLocked applies a released, lost or forced event: it ends the hold
 // it refers to, once. A lost event at or after the hold's expiry means the
-// TTL lapsed while held: it counts as an expiration. tr is the event's
-// trace: the hold's when the hold's own trace is not known.
+// TTL lapsed while held under a holder still at work: it counts as such an
+// expiration. tr is the event's trace: the hold's when the hold's own trace
+// is not known.
 func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, how uint8, tr event.TraceID) {
-	switch {
+	switch p := k.prevOf(lease, owner); {
 	case k.matches(lease, owner):
 		if !k.trace.IsValid() {
 			k.trace = tr
@@ -81,13 +91,20 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 		}
 		if how == endLost && k.expiresAt > 0 && ts >= k.expiresAt-lostSlack(k.ttl) {
 			a.expireLocked(sh, k, k.expiresAt, time.Duration(k.expiresAt-k.since), false, "lost")
+			a.holderWorkingLocked(k.expSeq)
 			return
 		}
 		a.endHoldLocked(sh, k, how, ts, hold)
-	case k.prevOf(lease, owner) != nil:
-		p := k.prevOf(lease, owner)
+	case p != nil && p.ended:
+		// The late word of a holder whose hold was forced away or expired
+		// and has a successor: its hold was counted when it ended.
+		if how == endLost {
+			a.holderWorkingLocked(p.seq)
+		}
+		a.resolvePendingLocked(k, p, false, false)
+	case p != nil:
 		if how == endLost && ts >= p.expires-lostSlack(time.Duration(p.expires-p.since)) {
-			a.resolvePendingLocked(k, p, true, false)
+			a.holderWorkingLocked(a.resolvePendingLocked(k, p, true, false))
 			return
 		}
 		if hold == 0 {
@@ -101,11 +118,48 @@ func (a *Aggregator) endEventLocked(sh *shard, k *keyState, lease, owner string,
 		if !counted {
 			a.holdLocked(k, hold, tr)
 		}
-	case !k.endedAlready(lease, owner):
+	case k.endedAlready(lease, owner):
+		if how == endLost && k.ended == endExpired {
+			a.holderWorkingLocked(k.expSeq)
+		}
+	default:
 		// A hold we never saw begin (collector started mid-hold, or its
 		// start was superseded): its own figure is all there is.
 		a.holdLocked(k, hold, tr)
 	}
+}
+
+// lateWordLocked applies what a holder says of a hold without ending one:
+// a failed renewal, or a release that found the lock no longer its own
+// (reason not_owner). Said after the hold's expiry, it shows the holder was
+// still at work when its lock expired.
+func (a *Aggregator) lateWordLocked(k *keyState, lease, owner string, ts int64, released bool) {
+	switch p := k.prevOf(lease, owner); {
+	case p != nil && p.ended:
+		a.holderWorkingLocked(p.seq)
+		if released {
+			a.resolvePendingLocked(k, p, false, false) // its holder has nothing more to say
+		}
+	case p != nil && ts >= p.expires-lostSlack(time.Duration(p.expires-p.since)):
+		a.holderWorkingLocked(a.resolvePendingLocked(k, p, true, false))
+	case k.endedAlready(lease, owner) && k.ended == endExpired:
+		a.holderWorkingLocked(k.expSeq)
+	}
+}
+
+// keepEndedLocked keeps k's last hold, which ended by a forced release or
+// an expiry, among its pending holds as another lease acquires k: until
+// one TTL past its expiry its holder's late word (lost, a failed renewal, a
+// not_owner release) is recognised as that hold's (see pendingHold).
+func (a *Aggregator) keepEndedLocked(k *keyState) {
+	if k.ended != endForced && k.ended != endExpired || k.ttl <= 0 || k.expiresAt == 0 {
+		return // released or lost: its holder knows; without a TTL nothing renews
+	}
+	p := &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt + int64(k.ttl), counted: true, ended: true, trace: k.trace}
+	if k.ended == endExpired {
+		p.seq = k.expSeq
+	}
+	a.parkLocked(k, p)
 }
 
 // endHoldLocked ends k's current hold at ts.
@@ -138,7 +192,11 @@ func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {
-		a.parkLocked(k, &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived, trace: k.trace})
+		p := &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived, trace: k.trace}
+		if k.revived {
+			p.seq = k.expSeq
+		}
+		a.parkLocked(k, p)
 	}
 	k.revived = false
 }
@@ -190,27 +248,36 @@ func (a *Aggregator) olderAcquisitionLocked(k *keyState, lease, owner string, ts
 	return true
 }
 
-// resolvePendingLocked decides p, one of k's superseded holds: expired, or
-// ended by an event that arrived late.
-func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, confirmed bool) {
+// resolvePendingLocked decides p, one of k's pending holds: expired, or
+// ended by an event that arrived late. It returns the sequence of p's
+// expiration in the expirations ring (0 if none was counted).
+func (a *Aggregator) resolvePendingLocked(k *keyState, p *pendingHold, expired, confirmed bool) uint64 {
 	at := &k.pend
 	for *at != nil && *at != p {
 		at = &(*at).next
 	}
 	if p == nil || *at == nil {
-		return
+		return 0
 	}
 	*at = p.next
 	p.next = nil
-	if expired && !p.counted {
-		a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
+	seq := p.seq
+	switch {
+	case expired && !p.counted:
+		seq = a.countExpirationLocked(k, p.owner, p.lease, p.expires, time.Duration(p.expires-p.since), confirmed)
 		a.holdLocked(k, time.Duration(p.expires-p.since), p.trace)
+	case expired && confirmed:
+		a.exps.confirm(seq)
 	}
 	if k.pend == nil {
 		if i := slices.Index(a.pendingKeys, k); i >= 0 {
 			a.pendingKeys = slices.Delete(a.pendingKeys, i, i+1)
 		}
 	}
+	if !expired {
+		return 0
+	}
+	return seq
 }
 
 // renewedLocked applies a renewal: the hold's TTL and expiry move.
@@ -247,8 +314,12 @@ func (a *Aggregator) renewedLocked(sh *shard, k *keyState, lease, owner string, 
 	case k.prevOf(lease, owner) != nil:
 		// A late renewal of a superseded hold. If it ran past the start of
 		// the current hold, the old hold ended before that by an end event
-		// still to come (or lost), not by expiry.
+		// still to come (or lost), not by expiry. A hold whose end is
+		// recorded waits for its holder's word all the same.
 		p := k.prevOf(lease, owner)
+		if p.ended {
+			break
+		}
 		if ttl <= 0 || after(ts, ttl) > k.since {
 			a.resolvePendingLocked(k, p, false, false)
 		} else {

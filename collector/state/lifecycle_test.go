@@ -377,8 +377,15 @@ func TestLockDetailAndQueries(t *testing.T) {
 		t.Errorf("Overview() = %+v", o)
 	}
 	// 4 acquisitions + 1 refused try; 3 contentions (2 with retries + 1 refused).
-	if o.ContentionRatio != 3.0/5 || o.WaitP99 != time.Second || o.HoldP99 != time.Second {
-		t.Errorf("Overview() contention ratio %v, wait p99 %v, hold p99 %v, want 0.6, 1s, 1s", o.ContentionRatio, o.WaitP99, o.HoldP99)
+	// Waits 2, 20, 60 and 700 ms: the p99 is in (500 ms, 1 s], but no wait
+	// was longer than 700 ms. Holds 800 ms and 1 s: 99 % of the way
+	// through (500 ms, 1 s].
+	if o.ContentionRatio != 3.0/5 || o.WaitP99 != 700*ms || o.WaitMax != 700*ms || o.HoldP99 != 995*ms || o.HoldMax != time.Second {
+		t.Errorf("Overview() contention ratio %v, wait p99 %v max %v, hold p99 %v max %v, want 0.6, 700ms, 700ms, 995ms, 1s",
+			o.ContentionRatio, o.WaitP99, o.WaitMax, o.HoldP99, o.HoldMax)
+	}
+	if o.Failures5m != 1 || o.Refused5m != 1 {
+		t.Errorf("Overview() failures, refused = %d, %d, want 1, 1", o.Failures5m, o.Refused5m)
 	}
 	if want := 4 / 55.0; o.AcquireRate < want-1e-9 || o.AcquireRate > want+1e-9 {
 		t.Errorf("Overview().AcquireRate = %v, want %v (4 over the 55 s covered)", o.AcquireRate, want)

@@ -75,6 +75,7 @@ func (a *Aggregator) Overview() Overview {
 	for _, c := range a.classes {
 		o.Held += c.held
 		o.Stuck += c.stuck
+		o.NoExpiry += c.noExpiry
 	}
 	a.mu.Unlock()
 
@@ -96,12 +97,12 @@ func (a *Aggregator) Overview() Overview {
 		}
 		if i >= overviewSeriesLen-30 {
 			o.Expirations5m += s.expirations
+			o.ExpiredWorking5m += s.expiredWorking
 			o.Forced5m += s.forced
 			o.Failures5m += s.failures
-			for j := range s.wait {
-				wait5[j] += s.wait[j]
-				hold5[j] += s.hold[j]
-			}
+			o.Refused5m += s.refused
+			wait5.merge(&s.wait)
+			hold5.merge(&s.hold)
 		}
 	}
 	// The last minute is the current step and the five before it.
@@ -111,8 +112,11 @@ func (a *Aggregator) Overview() Overview {
 	if d := lastMin.acquisitions - lastMin.passive + lastMin.refused; d > 0 {
 		o.ContentionRatio = min(1, float64(lastMin.contentions)/float64(d))
 	}
-	o.WaitP99 = wait5.quantile(0.99)
-	o.HoldP99 = hold5.quantile(0.99)
+	// An expiration found to be under a working holder is counted in the
+	// step its holder spoke, which may be just after the window's first.
+	o.ExpiredWorking5m = min(o.ExpiredWorking5m, o.Expirations5m)
+	o.WaitP99, o.WaitMax = wait5.quantile(0.99), time.Duration(wait5.max)
+	o.HoldP99, o.HoldMax = hold5.quantile(0.99), time.Duration(hold5.max)
 	return o
 }
 

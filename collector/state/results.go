@@ -31,14 +31,19 @@ type Overview struct {
 	At               time.Time
 	AcquireRate      float64       // acquisitions per second over the last minute
 	ContentionRatio  float64       // contentions / (acquisitions + refused tries), last minute, 0..1
-	WaitP99          time.Duration // over the last 5 minutes
-	HoldP99          time.Duration // over the last 5 minutes
+	WaitP99          time.Duration // over the last 5 minutes, estimated (see Distribution.Quantile)
+	WaitMax          time.Duration // the longest wait of the last 5 minutes
+	HoldP99          time.Duration // over the last 5 minutes, estimated
+	HoldMax          time.Duration // the longest hold that ended in the last 5 minutes
 	Held             int           // locks held now
+	NoExpiry         int           // locks held now without a TTL (at the last Tick)
 	Waiters          int           // callers waiting now
 	Stuck            int           // locks held past their stuck threshold now
 	Expirations5m    int64         // expired-while-held in the last 5 minutes
+	ExpiredWorking5m int64         // of those, under a holder still at work (Expiration.HolderWorking)
 	Forced5m         int64         // forced releases in the last 5 minutes
-	Failures5m       int64         // failed acquisitions in the last 5 minutes
+	Failures5m       int64         // failed obtains in the last 5 minutes, refused tries included
+	Refused5m        int64         // of those, single tries refused because the lock was held (reason "held")
 	EventsTotal      int64         // events applied since start
 	Malformed        int64         // entries that could not be decoded
 	Dropped          int64         // events emitters reported dropped
@@ -168,6 +173,7 @@ type Distribution struct {
 	Counts []int64 // len(Bounds)+1
 	Sum    time.Duration
 	Count  int64
+	Max    time.Duration // the largest observation
 }
 
 // KeyDetail is one key with its distributions and recent events.
@@ -268,6 +274,11 @@ type Expiration struct {
 	At        time.Time
 	Held      time.Duration
 	Confirmed bool // a keyspace notification confirmed it
+	// HolderWorking: its holder was still at work after the lock expired
+	// (it found the lock lost, a renewal failed, or its release found the
+	// lock gone), so it and the next holder may have run at once. Without
+	// it the holder has said nothing since: it died, or hangs.
+	HolderWorking bool
 }
 
 // ForcedRelease is an operator's forced release.

@@ -18,7 +18,7 @@ import (
 //
 // The ring also stands in for the key's distributions and series while it
 // holds every event the key has seen: each record carries the observations
-// its event made (a wait, an acquisition, a hold), and keyStats (320 bytes)
+// its event made (a wait, an acquisition, a hold), and keyStats (288 bytes)
 // is built by replaying them only when a record with observations would
 // leave the ring, or when an observation has no record to ride on (see
 // observe). A key seen a few times, the bulk of a stream of distinct keys,

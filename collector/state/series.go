@@ -28,6 +28,7 @@ type dist struct {
 	counts [13]uint32
 	sum    int64
 	n      int64
+	max    int64 // the largest observation
 }
 
 func (d *dist) add(v time.Duration) {
@@ -40,6 +41,7 @@ func (d *dist) add(v time.Duration) {
 	}
 	d.sum += int64(v)
 	d.n++
+	d.max = max(d.max, int64(v))
 }
 
 func (d *dist) export() Distribution {
@@ -48,11 +50,53 @@ func (d *dist) export() Distribution {
 		Counts: make([]int64, len(d.counts)),
 		Sum:    time.Duration(d.sum),
 		Count:  d.n,
+		Max:    time.Duration(d.max),
 	}
 	for i, c := range d.counts {
 		out.Counts[i] = int64(c)
 	}
 	return out
+}
+
+// Quantile estimates the q-quantile (0 < q <= 1) of d as Prometheus's
+// histogram_quantile does, interpolating linearly within the bucket that
+// holds it, but never above the largest observation: a bucket's upper
+// bound is no observation, and printed as one it overstates (one wait of
+// 60.0 s read "p99 2m00s" from a bucket up to 2 minutes). Zero without
+// observations.
+func (d Distribution) Quantile(q float64) time.Duration {
+	return quantileOf(d.Bounds, d.Counts, d.Max, q)
+}
+
+// quantileOf is Distribution.Quantile over bounds and counts (one more
+// count than bounds: the observations above the last bound) with the
+// largest observation hi.
+func quantileOf(bounds []time.Duration, counts []int64, hi time.Duration, q float64) time.Duration {
+	var total int64
+	for _, c := range counts {
+		total += c
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := min(max(q, 0), 1) * float64(total)
+	var below int64
+	for i, c := range counts {
+		if c == 0 || float64(below+c) < rank {
+			below += c
+			continue
+		}
+		lo, up := time.Duration(0), hi
+		if i > 0 {
+			lo = bounds[i-1]
+		}
+		if i < len(bounds) {
+			up = bounds[i]
+		}
+		v := lo + time.Duration(float64(up-lo)*(rank-float64(below))/float64(c))
+		return min(max(v, lo), hi)
+	}
+	return hi
 }
 
 // quantileBounds are the finer bounds of the overview's p99 figures.
@@ -65,39 +109,31 @@ var quantileBounds = []time.Duration{
 	30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute,
 }
 
-type qhist [22]int64
+// qhist is a histogram over quantileBounds, with its largest observation.
+type qhist struct {
+	n   [22]int64
+	max int64
+}
 
 func (h *qhist) add(v time.Duration) {
 	i := 0
 	for i < len(quantileBounds) && v > quantileBounds[i] {
 		i++
 	}
-	h[i]++
+	h.n[i]++
+	h.max = max(h.max, int64(v))
 }
 
-// quantile returns the upper bound of the bucket holding quantile q: a
-// conservative figure (the true quantile is at most this). Beyond the last
-// bound it answers the last bound.
+func (h *qhist) merge(o *qhist) {
+	for i := range h.n {
+		h.n[i] += o.n[i]
+	}
+	h.max = max(h.max, o.max)
+}
+
+// quantile estimates the q-quantile (see Distribution.Quantile).
 func (h *qhist) quantile(q float64) time.Duration {
-	var total int64
-	for _, c := range h {
-		total += c
-	}
-	if total == 0 {
-		return 0
-	}
-	rank := int64(q*float64(total) + 0.999999)
-	var cum int64
-	for i, c := range h {
-		cum += c
-		if cum >= rank {
-			if i < len(quantileBounds) {
-				return quantileBounds[i]
-			}
-			break
-		}
-	}
-	return quantileBounds[len(quantileBounds)-1]
+	return quantileOf(quantileBounds, h.n[:], time.Duration(h.max), q)
 }
 
 // stepStats are the overview figures of one step.
@@ -107,6 +143,7 @@ type stepStats struct {
 	passive                   int64 // acquisitions seen by the passive watch: their wait is unknown
 	refused, failures         int64
 	expirations, forced       int64
+	expiredWorking            int64 // expirations found to be under a working holder during this step
 	wait, hold                qhist
 }
 
