@@ -62,10 +62,19 @@ func operatorOptions() *Options {
 
 func newFixture(t *testing.T, opt *Options) *fixture {
 	t.Helper()
+	return newFixtureConfig(t, func(string) state.Config { return state.Config{} }, opt)
+}
+
+// newFixtureConfig is newFixture with the aggregator's configuration made
+// by cfg from the test's key prefix.
+func newFixtureConfig(t *testing.T, cfg func(pfx string) state.Config, opt *Options) *fixture {
+	t.Helper()
 	srv := redistest.Shared(t)
 	f := &fixture{rdb: srv.Client(t), pfx: redistest.KeyPrefix(t), logs: &syncbuf.Buffer{}}
 	f.incidents = collector.NewIncidentStore(f.rdb, f.pfx+"events", nil)
-	f.agg = state.New(state.Config{Incidents: f.incidents})
+	cfg0 := cfg(f.pfx)
+	cfg0.Incidents = f.incidents
+	f.agg = state.New(cfg0)
 	f.lc = lock.New(f.rdb, &lock.Options{Owner: "test-owner", Recorder: &applyRecorder{agg: f.agg}})
 	if opt == nil {
 		opt = &Options{}

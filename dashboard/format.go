@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/lockscope/lockscope/collector/state"
 )
 
 // Human units for pages: operators read "3m12s ago" faster than a
@@ -159,4 +161,31 @@ func elideMiddle(s string, max int) string {
 	head := (max - 1) / 2
 	tail := max - 1 - head
 	return string(r[:head]) + "…" + string(r[len(r)-tail:])
+}
+
+// fmtThreshold is a configured threshold as it was likely written: 30m,
+// 2h, 1h30m, 20s.
+func fmtThreshold(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// stuckThreshold says which stuck threshold applies to l's class and where
+// it comes from: "2h (edit:*)" for the --stuck-after entry edit:*=2h,
+// "5m (default)" for the plain --stuck-after.
+func stuckThreshold(l state.LockInfo) string {
+	if l.StuckAfter <= 0 {
+		return ""
+	}
+	from := "default"
+	if l.StuckRule != "" {
+		from = l.StuckRule
+	}
+	return fmtThreshold(l.StuckAfter) + " (" + from + ")"
 }

@@ -58,6 +58,7 @@ type holderView struct {
 	Degraded    bool
 	Passive     bool
 	Stuck       bool
+	StuckAfter  string // the class's stuck threshold and the --stuck-after entry that set it
 	Waiters     string
 	Trace       *traceRef // of the call that obtained the hold; nil if none or unknown
 	Headroom    string    // the renewals' headroom: last and least (see headroomText)
@@ -148,6 +149,7 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 		v.Redis = holderFromLock(rh, now)
 		v.Redis.Waiters = fmtCount(d.Waiters)
 		v.Redis.Stuck = d.Stuck
+		v.Redis.StuckAfter = stuckThreshold(d.LockInfo)
 		v.Redis.Passive = d.Passive
 		v.Redis.Fingerprint = "" // shown on the confirmation, where it matters
 		sinceFromCollector(v.Redis, rh, d.LockInfo, now)
@@ -214,13 +216,14 @@ func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 		return nil
 	}
 	h := &holderView{
-		Lease:    l.Lease,
-		Fence:    fenceText(l.Fence),
-		Degraded: l.Degraded,
-		Passive:  l.Passive,
-		Stuck:    l.Stuck,
-		Waiters:  fmtCount(l.Waiters),
-		Trace:    s.traceRef(l.Trace),
+		Lease:      l.Lease,
+		Fence:      fenceText(l.Fence),
+		Degraded:   l.Degraded,
+		Passive:    l.Passive,
+		Stuck:      l.Stuck,
+		Waiters:    fmtCount(l.Waiters),
+		Trace:      s.traceRef(l.Trace),
+		StuckAfter: stuckThreshold(l),
 	}
 	h.OwnerT, h.Owner = ownerText(l.Owner)
 	if !l.Since.IsZero() {

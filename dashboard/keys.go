@@ -260,6 +260,8 @@ type apiLockInfo struct {
 	Fence        int64      `json:"fence,omitempty"`
 	Waiters      int        `json:"waiters"`
 	Stuck        bool       `json:"stuck"`
+	StuckAfter   float64    `json:"stuck_after_seconds"`  // the class's stuck threshold
+	StuckRule    string     `json:"stuck_rule,omitempty"` // the --stuck-after CLASS_GLOB that set it; absent for the default
 	Degraded     bool       `json:"degraded,omitempty"`
 	Passive      bool       `json:"passive,omitempty"`
 	Acquisitions int64      `json:"acquisitions"`
@@ -280,6 +282,7 @@ func newAPILockInfo(l state.LockInfo, now time.Time) apiLockInfo {
 		Owner: l.Owner, OwnerB64: keytext.B64IfInvalid(l.Owner), Lease: l.Lease,
 		Since: lockjson.Time(l.Since), HeldFor: seconds(l.HeldFor(now)), TTL: seconds(l.TTL), ExpiresAt: lockjson.Time(l.ExpiresAt),
 		Fence: l.Fence, Waiters: l.Waiters, Stuck: l.Stuck, Degraded: l.Degraded, Passive: l.Passive, NoExpiry: l.NoExpiry(),
+		StuckAfter: seconds(l.StuckAfter), StuckRule: l.StuckRule,
 		Acquisitions: l.Acquisitions, Contentions: l.Contentions, Failures: l.Failures,
 		WaitTotal: seconds(l.WaitTotal), HoldTotal: seconds(l.HoldTotal), LastEvent: lockjson.Time(l.LastEvent),
 		TraceID: l.Trace.String(), Href: apiLockPath(l.Key),

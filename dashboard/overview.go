@@ -63,6 +63,7 @@ type stuckRow struct {
 	Owner   string
 	OwnerT  string
 	HeldFor string
+	After   string // the threshold it is past, and which --stuck-after entry set it
 	Waiters string
 	TTL     string
 }
@@ -175,7 +176,8 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 	stuck := s.q.Stuck()
 	v.StuckTotal = len(stuck)
 	for _, l := range stuck[:min(len(stuck), sideRows)] {
-		row := stuckRow{Key: newKeyCell(l.Key), HeldFor: fmtDuration(l.HeldFor(now).Truncate(time.Second)), Waiters: fmtCount(l.Waiters)}
+		row := stuckRow{Key: newKeyCell(l.Key), HeldFor: fmtDuration(l.HeldFor(now).Truncate(time.Second)), Waiters: fmtCount(l.Waiters),
+			After: stuckThreshold(l)}
 		row.Owner, row.OwnerT = ownerText(l.Owner)
 		v.Stuck = append(v.Stuck, row)
 	}
@@ -299,14 +301,14 @@ func (s *server) apiOverview(w http.ResponseWriter, r *http.Request) {
 }
 
 type apiHotKey struct {
-	Key          string  `json:"key"`
-	KeyB64       string  `json:"key_b64,omitempty"`
-	Class        string  `json:"class"`
+	Key          string   `json:"key"`
+	KeyB64       string   `json:"key_b64,omitempty"`
+	Class        string   `json:"class"`
 	Contentions  *int64   `json:"contentions"`  // null: unknown (a watched key)
 	Wait         *float64 `json:"wait_seconds"` // null: unknown (a watched key)
 	Acquisitions int64    `json:"acquisitions"`
-	Error        int64   `json:"error"`
-	Href         string  `json:"href"`
+	Error        int64    `json:"error"`
+	Href         string   `json:"href"`
 }
 
 type apiHotKeys struct {

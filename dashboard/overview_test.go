@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 )
 
@@ -112,5 +113,54 @@ func TestOverviewHotKeysShowWatchedKeysContentionUnknown(t *testing.T) {
 	}
 	if !strings.Contains(raw, `"contentions":null`) {
 		t.Errorf("API hot keys = %s, want contentions null for the watched key", raw)
+	}
+}
+
+// Each class has its stuck threshold: an editing session held for minutes
+// under edit:*=2h is not stuck beside the export past the 1m default, and
+// the stuck list, the key page and the API say which threshold applies.
+func TestStuckThresholdPerClass(t *testing.T) {
+	f := newFixtureConfig(t, func(pfx string) state.Config {
+		return state.Config{
+			StuckAfter: time.Minute,
+			Classes:    []state.ClassRule{{Pattern: pfx + "edit:*", Class: "edit:doc:*"}, {Pattern: pfx + "export:*", Class: "export:*"}},
+			StuckRules: []state.StuckRule{{Pattern: "edit:*", After: 2 * time.Hour}},
+		}
+	}, nil)
+	edit, export := f.pfx+"edit:1", f.pfx+"export:1"
+	at := time.Now().Add(-3 * time.Minute)
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: edit, Owner: "editor/alice", Lease: "l1", TS: at.UnixNano(), TTL: time.Hour, Attempts: 1},
+		{Type: event.Acquired, Key: export, Owner: "export-worker/pod-3", Lease: "l2", TS: at.UnixNano(), TTL: time.Hour, Attempts: 1},
+		// The event clock (what a hold's age is measured by) is now.
+		{Type: event.Renewed, Key: export, Owner: "export-worker/pod-3", Lease: "l2", TS: time.Now().UnixNano(), TTL: time.Hour},
+	})
+	f.agg.Tick()
+
+	doc := htmlDoc(t, f.do(t, req{target: "/"}))
+	rows := byTestID(doc, "stuck-row")
+	if len(rows) != 1 || attr(one(t, rows[0], "stuck-link"), "href") != keyPath(export) {
+		t.Fatalf("stuck rows = %d, want only %q", len(rows), export)
+	}
+	if got := text(one(t, rows[0], "stuck-after")); got != "past 1m (default)" {
+		t.Errorf("stuck row threshold = %q, want \"past 1m (default)\"", got)
+	}
+	if got := text(one(t, one(t, doc, "stat-stuck"), "value")); got != "1" {
+		t.Errorf("stuck tile = %q, want 1", got)
+	}
+
+	kd := htmlDoc(t, f.do(t, req{target: keyPath(edit)}))
+	if got := text(one(t, kd, "holder-stuck-after")); got != "2h (edit:*)" {
+		t.Errorf("key page of %s: stuck after %q, want \"2h (edit:*)\"", edit, got)
+	}
+	for key, want := range map[string]apiLockInfo{
+		edit:   {Stuck: false, StuckAfter: 7200, StuckRule: "edit:*"},
+		export: {Stuck: true, StuckAfter: 60},
+	} {
+		got := decodeJSON[apiLockDetail](t, f.do(t, req{target: apiLockPath(key)}))
+		if got.Stuck != want.Stuck || got.StuckAfter != want.StuckAfter || got.StuckRule != want.StuckRule {
+			t.Errorf("GET %s: stuck %v, stuck_after_seconds %v, stuck_rule %q; want %v, %v, %q",
+				apiLockPath(key), got.Stuck, got.StuckAfter, got.StuckRule, want.Stuck, want.StuckAfter, want.StuckRule)
+		}
 	}
 }

@@ -62,9 +62,19 @@ func TestDemoTourInItsFirstThirtySeconds(t *testing.T) {
 		{name: "deadlock", seen: func(m string) bool { v, _ := metricSum(m, "lockscope_deadlock_cycles"); return v >= 1 }},
 	}
 	deadline := started.Add(30 * time.Second)
+	var editorsStuck float64
+	threshold := map[string]float64{}
 	for time.Now().Before(deadline) {
 		_, body, err := get(context.Background(), base+"/metrics")
 		if err == nil {
+			// A person's editing session is never stuck beside the hung
+			// export: the demo gives workflow:* a threshold of its own.
+			editorsStuck = max(editorsStuck, metricWhere(body, "lockscope_stuck_locks", `class="workflow:*"`))
+			for _, class := range []string{"workflow:*", "export:tenant-*"} {
+				if v := metricWhere(body, "lockscope_stuck_threshold_seconds", `class="`+class+`"`); v > 0 {
+					threshold[class] = v
+				}
+			}
 			for _, p := range points {
 				if p.at == 0 && p.seen(body) {
 					p.at = time.Since(started)
@@ -82,6 +92,12 @@ func TestDemoTourInItsFirstThirtySeconds(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("%s %v", p.name, p.at.Round(100*time.Millisecond)))
 	}
 	t.Logf("seen after: %s", strings.Join(seen, "; "))
+	if editorsStuck != 0 {
+		t.Errorf("lockscope_stuck_locks{class=\"workflow:*\"} reached %v, want 0: an editing session is not stuck", editorsStuck)
+	}
+	if threshold["workflow:*"] != 1800 || threshold["export:tenant-*"] != 20 {
+		t.Errorf("lockscope_stuck_threshold_seconds = %v, want workflow:* 1800 (workflow:*=30m) and export:tenant-* 20 (the default)", threshold)
+	}
 	demo.signal(syscall.SIGINT)
 	if code := demo.wait(20 * time.Second); code != 0 {
 		t.Errorf("demo after SIGINT: exit %d, want 0", code)

@@ -12,12 +12,18 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/lock"
 )
 
 // demoStuckAfter is the demo's stuck threshold: low, so the simulated hung
 // export worker shows as stuck within half a minute.
 const demoStuckAfter = 20 * time.Second
+
+// demoStuckRules give the workflow editors' locks a threshold of their own:
+// a person's editing session lasts minutes by design and is not stuck
+// beside the hung export.
+var demoStuckRules = []state.StuckRule{{Pattern: "workflow:*", After: 30 * time.Minute}}
 
 func demoCommand() *command {
 	return &command{
@@ -29,7 +35,9 @@ dashboard with /metrics. It prints the dashboard URL; live data shows within
 seconds. The simulated export worker hangs while holding its lock, shows as
 stuck after --stuck-after and stays so, with other export pods queued behind
 it, until you force-release it from the dashboard with the operator login the
-demo prints.
+demo prints. The workflow editors' sessions have a threshold of their own
+(workflow:*=30m), as a person's editing session would in production;
+CLASS_GLOB=DURATION entries given with --stuck-after replace that one.
 
 The embedded Redis is in memory and gone when the demo stops; it has no
 keyspace notifications, so expirations are detected by the collector alone.`,
@@ -42,7 +50,7 @@ keyspace notifications, so expirations are detected by the collector alone.`,
 			rc.defineStream(f, "Redis stream the events travel on")
 			sc.http.define(f)
 			sc.dashboard.define(f)
-			sc.collector.define(f, demoStuckAfter)
+			sc.collector.define(f, demoStuckAfter, demoStuckRules...)
 			ld.define(f, 30, 6)
 			lg.define(f)
 			return func(ctx context.Context, env *Env, _ []string) error {

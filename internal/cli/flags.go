@@ -95,8 +95,8 @@ func (f *flagSet) parse(args []string, lookup func(string) (string, bool)) ([]st
 	}
 	// A list given on the command line replaces the environment's, not extends it.
 	f.fs.VisitAll(func(fl *flag.Flag) {
-		if l, ok := fl.Value.(*listValue); ok {
-			l.set = false
+		if r, ok := fl.Value.(interface{ resetSource() }); ok {
+			r.resetSource()
 		}
 	})
 	var pos []string
@@ -174,6 +174,8 @@ func (l *listValue) String() string {
 	}
 	return strings.Join(*l.p, ",")
 }
+
+func (l *listValue) resetSource() { l.set = false }
 
 func (l *listValue) Set(s string) error {
 	if !l.set {

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/lockscope/lockscope/collector/state"
 )
 
 func lookup(env map[string]string) func(string) (string, bool) {
@@ -151,5 +153,64 @@ func TestMemoryLimitFollowsMaxKeys(t *testing.T) {
 		if got := c.memoryLimit(); got != tc.want {
 			t.Errorf("memoryLimit(mb %d, keys %d) = %d, want %d", tc.mb, tc.keys, got, tc.want)
 		}
+	}
+}
+
+// --stuck-after takes a default and CLASS_GLOB=DURATION entries, repeated
+// or comma-separated, from the environment or the command line; the
+// command line's entries replace the environment's and the defaults'.
+func TestStuckAfterEntries(t *testing.T) {
+	defRules := []state.StuckRule{{Pattern: "workflow:*", After: 30 * time.Minute}}
+	tests := []struct {
+		name      string
+		env       string
+		args      []string
+		wantDef   time.Duration
+		wantRules []state.StuckRule
+		wantError string
+	}{
+		{name: "defaults", wantDef: 20 * time.Second, wantRules: defRules},
+		{name: "default only", args: []string{"--stuck-after", "5m"}, wantDef: 5 * time.Minute},
+		{name: "repeated", args: []string{"--stuck-after", "5m", "--stuck-after", "edit:*=2h", "--stuck-after=batch:*=90m"},
+			wantDef: 5 * time.Minute, wantRules: []state.StuckRule{{Pattern: "edit:*", After: 2 * time.Hour}, {Pattern: "batch:*", After: 90 * time.Minute}}},
+		{name: "entry keeps the default threshold", args: []string{"--stuck-after", "edit:*=2h"},
+			wantDef: 20 * time.Second, wantRules: []state.StuckRule{{Pattern: "edit:*", After: 2 * time.Hour}}},
+		{name: "env comma-separated", env: "5m, edit:*=2h,report:[ab]*=1h", wantDef: 5 * time.Minute,
+			wantRules: []state.StuckRule{{Pattern: "edit:*", After: 2 * time.Hour}, {Pattern: "report:[ab]*", After: time.Hour}}},
+		{name: "command line replaces the env's entries", env: "5m,edit:*=2h", args: []string{"--stuck-after", "x:*=1h"},
+			wantDef: 5 * time.Minute, wantRules: []state.StuckRule{{Pattern: "x:*", After: time.Hour}}},
+		{name: "glob with =", args: []string{"--stuck-after", "a=b:*=3m"}, wantDef: 20 * time.Second,
+			wantRules: []state.StuckRule{{Pattern: "a=b:*", After: 3 * time.Minute}}},
+		{name: "bad duration", args: []string{"--stuck-after", "edit:*=2 hours"},
+			wantError: `lockscope test: invalid value "edit:*=2 hours" for flag -stuck-after: entry "edit:*=2 hours": want CLASS_GLOB=DURATION with a duration such as 30s, 5m or 2h (run 'lockscope test -h')`},
+		{name: "bare number", env: "5",
+			wantError: `lockscope test: invalid value "5" for LOCKSCOPE_STUCK_AFTER: entry "5": want a duration such as 30s, 5m or 2h, or CLASS_GLOB=DURATION (run 'lockscope test -h')`},
+		{name: "empty glob", args: []string{"--stuck-after", "=2h"},
+			wantError: `lockscope test: invalid value "=2h" for flag -stuck-after: entry "=2h": the class glob is empty (run 'lockscope test -h')`},
+		{name: "zero", args: []string{"--stuck-after", "edit:*=0s"},
+			wantError: `lockscope test: invalid value "edit:*=0s" for flag -stuck-after: entry "edit:*=0s": the duration must be positive (run 'lockscope test -h')`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFlagSet(&command{name: "test"})
+			var s stuckAfter
+			f.StuckAfter(&s, "stuck-after", "LOCKSCOPE_STUCK_AFTER", 20*time.Second, defRules, "")
+			_, err := f.parse(tt.args, lookup(map[string]string{"LOCKSCOPE_STUCK_AFTER": tt.env}))
+			if tt.wantError != "" {
+				if err == nil || err.Error() != tt.wantError {
+					t.Fatalf("parse(%q) = %v, want %q", tt.args, err, tt.wantError)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parse(%q) = %v, want nil", tt.args, err)
+			}
+			if s.def != tt.wantDef {
+				t.Errorf("parse(%q) default = %v, want %v", tt.args, s.def, tt.wantDef)
+			}
+			if diff := cmp.Diff(tt.wantRules, s.rules); diff != "" {
+				t.Errorf("parse(%q) entries (-want +got):\n%s", tt.args, diff)
+			}
+		})
 	}
 }

@@ -38,12 +38,13 @@ type collectorConfig struct {
 	maxClasses int
 	maxKeys    int
 	memLimitMB int
-	stuckAfter time.Duration
+	stuckAfter stuckAfter
 	backfill   time.Duration
 }
 
-func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
-	f.Duration(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, "a lock held longer than this counts as stuck")
+func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration, stuckRules ...state.StuckRule) {
+	f.StuckAfter(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, stuckRules,
+		"a lock held longer than this counts as stuck; CLASS_GLOB=DURATION entries (repeat the flag, or separate with commas) set the threshold of the lock classes whose name matches, the first matching entry winning, e.g. --stuck-after 5m --stuck-after 'edit:*=2h'")
 	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*: a key is a lock when it holds a known library's token (redis-py, node-redlock, redsync, redislock); PATTERN=ttl also takes any value with a TTL for one, PATTERN=any any value")
 	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "deprecated: the same as =any on every --watch pattern without a kind (a known library's token is a lock without a TTL anyway)")
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS] (Redis globs, as --watch), tried in order before the default (numbers, UUIDs and hex ids become *)")
@@ -57,7 +58,8 @@ func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration) {
 }
 
 func (c *collectorConfig) aggregatorConfig() (state.Config, error) {
-	cfg := state.Config{MaxClasses: c.maxClasses, MaxKeys: c.maxKeys, StuckAfter: c.stuckAfter}
+	cfg := state.Config{MaxClasses: c.maxClasses, MaxKeys: c.maxKeys,
+		StuckAfter: c.stuckAfter.def, StuckRules: c.stuckAfter.rules}
 	for _, r := range c.classes {
 		pattern, class, _ := strings.Cut(r, "=")
 		if pattern == "" {
@@ -70,8 +72,8 @@ func (c *collectorConfig) aggregatorConfig() (state.Config, error) {
 			return cfg, &Error{Code: ExitUsage, Err: fmt.Errorf("--watch (LOCKSCOPE_WATCH): %w", err)}
 		}
 	}
-	if c.stuckAfter < 0 || c.maxClasses < 0 || c.maxKeys < 0 {
-		return cfg, &Error{Code: ExitUsage, Err: errors.New("--stuck-after, --max-classes and --max-keys must not be negative")}
+	if c.maxClasses < 0 || c.maxKeys < 0 {
+		return cfg, &Error{Code: ExitUsage, Err: errors.New("--max-classes and --max-keys must not be negative")}
 	}
 	return cfg, nil
 }
