@@ -35,6 +35,10 @@ type blockingRow struct {
 type chainView struct {
 	Links []chainLinkView
 	Cycle bool
+	// How the chain ends when its last link waits: the holder of that
+	// link's key is one of the chain's own callers (a deadlock: EndOwner),
+	// or one not seen yet (EndOwner "").
+	EndOwner, EndOwnerT string
 }
 
 type chainLinkView struct {
@@ -49,14 +53,14 @@ type chainLinkView struct {
 func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 	now := s.now()
 	b := s.q.Blocking()
-	v := blockingView{Page: s.page(r, "Blocking", "blocking"), Waiters: fmtCount(b.Waiters)}
+	v := blockingView{Page: s.page(r, "Blocking", "blocking"), Waiters: waitingSentence(b.Waiters)}
 	for _, h := range b.Holders {
 		row := blockingRow{Key: newKeyCell(h.Key), Class: classText(h.Class), Waiters: fmtCount(h.Waiters),
-			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting, HeldFor: "—",
-			Trace: s.traceRef(h.Trace)}
+			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting,
+			HeldFor: "not seen yet", Trace: s.traceRef(h.Trace)}
 		row.Owner, row.OwnerT = ownerText(h.Owner)
 		if !h.Since.IsZero() {
-			row.HeldFor = fmtDuration(now.Sub(h.Since).Truncate(time.Second))
+			row.HeldFor = heldFor(now.Sub(h.Since))
 		}
 		v.Holders = append(v.Holders, row)
 	}
@@ -71,6 +75,18 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 				lv.Waiting = fmtDuration(now.Sub(l.Since).Truncate(100 * time.Millisecond))
 			}
 			cv.Links = append(cv.Links, lv)
+		}
+		if last := c.Links[len(c.Links)-1]; last.WaitsFor != "" && c.Cycle {
+			// Link i+1 holds the key link i waits for; the key the last
+			// waits for is held by the link after the one that also waits
+			// for it, or, in a closed cycle, by the first.
+			holder := c.Links[0].Owner
+			for i := range len(c.Links) - 1 {
+				if c.Links[i].WaitsFor == last.WaitsFor {
+					holder = c.Links[i+1].Owner
+				}
+			}
+			cv.EndOwner, cv.EndOwnerT = ownerText(holder)
 		}
 		v.Chains = append(v.Chains, cv)
 	}
@@ -159,4 +175,32 @@ func (s *server) apiBlocking(w http.ResponseWriter, r *http.Request) {
 		}{}
 	}
 	writeJSON(w, r, http.StatusOK, v)
+}
+
+// waitingSentence says how many callers wait now, as a sentence.
+func waitingSentence(n int) string {
+	switch n {
+	case 0:
+		return "Nobody is waiting for a lock now."
+	case 1:
+		return "1 caller is waiting for a lock now."
+	}
+	return fmtCount(n) + " callers are waiting for a lock now."
+}
+
+// heldFor is how long a hold has lasted, never "0": under a second it is
+// "under a second" rather than a truncated zero.
+func heldFor(d time.Duration) string {
+	if d < time.Second {
+		return "under a second"
+	}
+	return fmtDuration(d.Truncate(time.Second))
+}
+
+// plural is n and the noun, singular for one: "1 lock", "3 locks".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmtCount(n) + " " + many
 }

@@ -93,6 +93,7 @@ type distView struct {
 	Count    string
 	Mean     string
 	P50, P99 string
+	Max      string // the largest observation; "" if unknown
 	Empty    bool
 	EmptyMsg string // what an empty card says; "" means "No observations yet."
 	// Axes: bars start at PlotX (left of it, the count scale); XTitle names
@@ -136,6 +137,9 @@ func newDist(title, what string, d state.Distribution) distView {
 	v.Mean = fmtDuration(d.Sum / time.Duration(d.Count))
 	v.P50 = quantileLabel(d, 0.50)
 	v.P99 = quantileLabel(d, 0.99)
+	if d.Max > 0 {
+		v.Max = fmtDuration(d.Max)
+	}
 	p99 := quantileBucket(d, 0.99)
 	// Only the populated span of buckets is drawn, so a lock whose waits are
 	// all under 10 ms is not a thin line at the left of a 5-minute axis.
@@ -222,9 +226,14 @@ func quantileBucket(d state.Distribution, q float64) int {
 	return len(d.Counts) - 1
 }
 
-// quantileLabel is the upper bound of the bucket holding the q-quantile:
-// a histogram cannot say more than "at most this".
+// quantileLabel is the q-quantile interpolated within its bucket, never
+// above the largest observation (state.Distribution.Quantile): a bucket's
+// upper bound printed as the figure read "p50 ≤ 5m00s" for waits of a
+// minute. Without a known largest observation it is that bound, "≤".
 func quantileLabel(d state.Distribution, q float64) string {
+	if d.Max > 0 {
+		return "≈ " + fmtDuration(d.Quantile(q))
+	}
 	i := quantileBucket(d, q)
 	if i < len(d.Bounds) {
 		return "≤ " + fmtDuration(d.Bounds[i])

@@ -202,13 +202,22 @@ func TestReleaseConfirmComponent(t *testing.T) {
 func TestDistribution(t *testing.T) {
 	d := state.Distribution{
 		Bounds: []time.Duration{time.Millisecond, 10 * time.Millisecond, 100 * time.Millisecond, time.Second},
-		Counts: []int64{0, 90, 9, 1, 0},
+		Counts: []int64{0, 90, 10, 0, 0},
 		Sum:    900 * time.Millisecond,
 		Count:  100,
 	}
 	v := newDist("Wait", "wait", d)
-	if v.P50 != "≤ 10ms" || v.P99 != "≤ 100ms" {
-		t.Errorf("p50, p99 = %q, %q, want ≤ 10ms, ≤ 100ms", v.P50, v.P99)
+	if v.P50 != "≤ 10ms" || v.P99 != "≤ 100ms" || v.Max != "" {
+		t.Errorf("without a largest observation p50, p99, max = %q, %q, %q, want ≤ 10ms, ≤ 100ms, none", v.P50, v.P99, v.Max)
+	}
+	// With it, quantiles are interpolated within their bucket and never
+	// exceed it: the 50th of 90 waits between 1 and 10 ms is at 6 ms, and
+	// the 99th (the last of the 10–100 ms bucket) is no more than the
+	// largest wait, 40 ms, not the bucket's bound.
+	d.Max = 40 * time.Millisecond
+	v = newDist("Wait", "wait", d)
+	if v.P50 != "≈ 6ms" || v.P99 != "≈ 40ms" || v.Max != "40ms" {
+		t.Errorf("p50, p99, max = %q, %q, %q, want ≈ 6ms, ≈ 40ms, 40ms", v.P50, v.P99, v.Max)
 	}
 	if v.Mean != "9ms" {
 		t.Errorf("mean = %q, want 9ms", v.Mean)

@@ -17,8 +17,9 @@ import (
 
 // TestPagesAtEveryWidth opens every page in Chromium at phone (360, 390),
 // tablet, small laptop, desktop and wide-screen (2560) widths: the page never
-// scrolls sideways (wide tables scroll inside their card) and every key
-// column keeps at least 120 px.
+// scrolls sideways (wide tables scroll inside their card, /keys becomes
+// cards on a phone), every key column keeps at least 120 px, and no table
+// cell but the key is cut short (cutCells).
 func TestPagesAtEveryWidth(t *testing.T) {
 	ctx := redistest.Context(t) // the whole walk: no host is too slow for it
 	f := newFixture(t, operatorOptions())
@@ -31,6 +32,17 @@ func TestPagesAtEveryWidth(t *testing.T) {
 		f.agg.Apply(contended(k, 20+i, 40*time.Millisecond, now.Add(-30*time.Second)))
 	}
 	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: long, Owner: "reconciler/ip-10-0-9-14/3131", Lease: "l-long", TS: now.Add(-2 * time.Second).UnixNano(), TTL: time.Hour, Attempts: 1}})
+	// What was cut at 1440 px: a passive lock without expiry (two badges),
+	// a long owner; and a stuck lock, an expiry under a working holder and
+	// one under a dead holder for the overview's side cards.
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: "report:nightly", Owner: "redis-py/report-builder-7d9f8c6b5-x2k4q", Lease: "p1", TS: now.Add(-20 * time.Second).UnixNano(), Passive: true, Attempts: 1},
+		{Type: event.Acquired, Key: "export:tenant-42", Owner: "export-worker/pod-3f9c2-eu-west-1b", Lease: "e1", TS: now.Add(-10 * time.Minute).UnixNano(), TTL: 30 * time.Second, Attempts: 1},
+		{Type: event.Renewed, Key: "export:tenant-42", Owner: "export-worker/pod-3f9c2-eu-west-1b", Lease: "e1", TS: now.Add(-time.Second).UnixNano(), TTL: 30 * time.Second},
+		{Type: event.Acquired, Key: "invoice:batch-2", Owner: "billing-batch/pod-2", Lease: "b1", TS: now.Add(-90 * time.Second).UnixNano(), TTL: 10 * time.Second, Attempts: 1},
+		{Type: event.Acquired, Key: "ledger:account-501", Owner: "ledger-sync/pod-1", Lease: "s1", TS: now.Add(-80 * time.Second).UnixNano(), TTL: 10 * time.Second, Attempts: 1},
+		{Type: event.Lost, Key: "ledger:account-501", Owner: "ledger-sync/pod-1", Lease: "s1", TS: now.Add(-60 * time.Second).UnixNano(), Reason: "expired"},
+	})
 	f.agg.Tick()
 	ts := httptest.NewServer(f.h)
 	defer ts.Close()
@@ -62,6 +74,13 @@ func TestPagesAtEveryWidth(t *testing.T) {
 			if narrow != "" {
 				t.Errorf("%s at %d px: key columns narrower than 120 px: %s", path, w, narrow)
 			}
+			cut, err := chromedp.Run(bctx, chromedp.Evaluate[string](cutCells))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cut != "" {
+				t.Errorf("%s at %d px: cells cut short: %s", path, w, cut)
+			}
 			if path == "/keys" && (w == 390 || w == 1440) {
 				shot, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 				if err != nil {
@@ -84,3 +103,23 @@ func TestPagesAtEveryWidth(t *testing.T) {
 		t.Errorf("the long key's full name is not in its link's title: %q, %v", title, err)
 	}
 }
+
+// cutCells lists the table cells, and the elements within them, whose
+// content is wider than their box while they clip it (overflow other than
+// visible, or an ellipsis): text cut short. The key itself (.key) is the
+// one exception: it is cut with its full name on hover and on its page.
+// Visually hidden text (.sr) clips by design. Empty when nothing is cut.
+const cutCells = `(() => {
+	const cut = [];
+	for (const cell of document.querySelectorAll('td, th')) {
+		for (const e of [cell, ...cell.querySelectorAll('*')]) {
+			if (!(e instanceof HTMLElement) || e.closest('.key') || e.closest('.sr') || e.clientWidth === 0) continue;
+			const cs = getComputedStyle(e);
+			const clips = cs.overflowX !== 'visible' || cs.textOverflow === 'ellipsis';
+			if (clips && e.scrollWidth > e.clientWidth + 1) {
+				cut.push(e.tagName.toLowerCase() + '.' + [...e.classList].join('.') + ' "' + e.textContent.trim().slice(0, 40) + '" (' + e.scrollWidth + ' > ' + e.clientWidth + ')');
+			}
+		}
+	}
+	return cut.slice(0, 8).join('; ');
+})()`

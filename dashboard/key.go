@@ -70,6 +70,7 @@ type eventRow struct {
 	Ago    string
 	AgoAt  string // absolute, for the title
 	Type   string
+	Times  string // "×14" for a folded run of renewals; "" for one event
 	Owner  string
 	OwnerT string
 	Detail string
@@ -202,13 +203,37 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 		row.Trace = s.traceRef(x.Trace)
 		v.Waiters = append(v.Waiters, row)
 	}
-	for _, e := range d.Recent[:min(len(d.Recent), eventRows)] {
+	v.Events = s.eventRowsOf(d.Recent, now)
+	return v
+}
+
+// eventRowsOf is the key page's event list of recent (newest first): at
+// most eventRows rows, a run of one lease's renewals folded into one row
+// ("renewed ×14 between 10:01:02 and 10:03:30"), so routine renewals do not
+// push the acquisitions, expiries and losses out of sight.
+func (s *server) eventRowsOf(recent []event.Event, now time.Time) []eventRow {
+	var rows []eventRow
+	for i := 0; i < len(recent) && len(rows) < eventRows; {
+		e := recent[i]
+		j := i + 1
+		for e.Type == event.Renewed && j < len(recent) && recent[j].Type == event.Renewed && recent[j].Lease == e.Lease && recent[j].Owner == e.Owner {
+			j++
+		}
 		row := eventRow{Clock: fmtClock(e.Time()), Ago: fmtAgo(now, e.Time()), AgoAt: fmtAbs(e.Time()), Type: e.Type.String(), Detail: eventDetail(e),
 			Trace: s.traceRef(e.TraceID)}
+		if n := j - i; n > 1 {
+			first := recent[j-1].Time()
+			row.Times = "×" + fmtCount(n)
+			row.Detail = fmtCount(n) + " renewals between " + fmtClock(first) + " and " + row.Clock
+			if e.TTL > 0 {
+				row.Detail += " · ttl " + fmtDuration(e.TTL)
+			}
+		}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
-		v.Events = append(v.Events, row)
+		rows = append(rows, row)
+		i = j
 	}
-	return v
+	return rows
 }
 
 func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
@@ -225,7 +250,7 @@ func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 		Trace:      s.traceRef(l.Trace),
 		StuckAfter: stuckThreshold(l),
 	}
-	h.OwnerT, h.Owner = ownerText(l.Owner)
+	h.Owner, h.OwnerT = ownerText(l.Owner)
 	if !l.Since.IsZero() {
 		h.Since = fmtAbs(l.Since)
 		h.SinceAgo = fmtAgo(now, l.Since)
@@ -371,7 +396,7 @@ func newWaiterRow(x state.Waiter, now time.Time) waiterRow {
 		row.Deadline = "passed"
 	}
 	row.Owner, row.OwnerT = ownerText(x.Owner)
-	row.Holds = strconv.Itoa(len(x.Holds)) + " lock(s)"
+	row.Holds = plural(len(x.Holds), "lock", "locks")
 	if len(x.Holds) == 0 {
 		row.Holds = "none"
 	}

@@ -119,3 +119,27 @@ func TestTimesAreDatedWithTheirZone(t *testing.T) {
 		t.Errorf("key page does not show the hold's start %q in full and on hover", want)
 	}
 }
+
+// A run of one lease's renewals is one row of the event list, saying how
+// many and between when; the acquisition and the release stay in sight.
+func TestKeyPageFoldsRenewals(t *testing.T) {
+	f := newFixture(t, nil)
+	key := f.pfx + "workflow:1001"
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	evs := []event.Event{{Type: event.Acquired, Key: key, Owner: "editor/alice", Lease: "l1", TS: t0.UnixNano(), TTL: 10 * time.Second, Attempts: 1}}
+	for i := 1; i <= 14; i++ {
+		evs = append(evs, event.Event{Type: event.Renewed, Key: key, Owner: "editor/alice", Lease: "l1", TS: t0.Add(time.Duration(i) * 3 * time.Second).UnixNano(), TTL: 10 * time.Second})
+	}
+	evs = append(evs, event.Event{Type: event.Released, Key: key, Owner: "editor/alice", Lease: "l1", TS: t0.Add(45 * time.Second).UnixNano(), Hold: 45 * time.Second})
+	f.agg.Apply(evs)
+	doc := htmlDoc(t, f.do(t, req{target: keyPath(key)}))
+	var got []string
+	for _, row := range byTestID(doc, "event-row") {
+		got = append(got, strings.Join(strings.Fields(text(row)), " "))
+	}
+	clock := func(d time.Duration) string { return fmtClock(t0.Add(d)) }
+	if len(got) != 3 || !strings.Contains(got[0], "released") || !strings.Contains(got[2], "acquired") ||
+		!strings.Contains(got[1], "renewed ×14") || !strings.Contains(got[1], "14 renewals between "+clock(3*time.Second)+" and "+clock(42*time.Second)) {
+		t.Errorf("event rows = %q, want released, \"renewed ×14 … 14 renewals between %s and %s\", acquired", got, clock(3*time.Second), clock(42*time.Second))
+	}
+}

@@ -176,9 +176,9 @@ func lockQuery(qs url.Values, def state.LockSort) (state.LockQuery, error) {
 		State:    state.LockState(qs.Get("state")),
 	}
 	switch lq.State {
-	case "", state.StateHeld, state.StateStuck, state.StateWaited, state.StateFree:
+	case "", state.StateHeld, state.StateStuck, state.StateWaited, state.StateNoExpiry, state.StateFree:
 	default:
-		return lq, errors.New("state must be one of held, stuck, waited, free")
+		return lq, errors.New("state must be one of held, stuck, waited, no-expiry, free")
 	}
 	if len(lq.Search) > 1024 {
 		return lq, errors.New("search is longer than 1024 bytes")

@@ -76,6 +76,7 @@ type expirationRow struct {
 	AgoAt     string // absolute, for the title
 	Held      string
 	Confirmed bool
+	Working   bool // the holder was still at work after it (state.Expiration.HolderWorking)
 }
 
 type forcedRow struct {
@@ -119,12 +120,27 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 		contTone = "warn"
 	}
 	step := "per " + fmtDuration(o.SeriesStep)
+	// Refused tries (a one-shot try that found the lock held, by design)
+	// are not failures of the same kind as timeouts and errors.
+	failed := "last minute · " + fmtCount(o.Failures5m-o.Refused5m) + " failed"
+	if o.Refused5m > 0 {
+		failed += ", " + fmtCount(o.Refused5m) + " refused"
+	}
+	failed += " in 5 min"
+	waitNote := "last 5 minutes"
+	if o.WaitMax > 0 {
+		waitNote += " · longest " + fmtDuration(o.WaitMax)
+	}
+	expNote := "TTL lapsed while held · 5 min"
+	if o.ExpiredWorking5m > 0 {
+		expNote = fmtCount(o.ExpiredWorking5m) + " under a working holder: two holders may have run at once · 5 min"
+	}
 	v.Tiles = []statTile{
-		{ID: "acquire-rate", Label: "Acquisitions", Value: fmtRate(o.AcquireRate), Unit: "/s", Note: "last minute · " + fmtCount(o.Failures5m) + " failed in 5 min",
+		{ID: "acquire-rate", Label: "Acquisitions", Value: fmtRate(o.AcquireRate), Unit: "/s", Note: failed,
 			Href: "/keys?sort=contentions", Spark: newSpark(trimSeries(o.AcquireSeries, 12), 120, 36, fmtRate, "acquisitions "+step)},
 		{ID: "contention", Label: "Contention", Value: fmtPercent(o.ContentionRatio), Note: "had to wait or were refused",
 			Href: "/?window=1m&by=contentions#hot", Tone: contTone, Spark: newSpark(trimSeries(o.ContentionSeries, 12), 120, 36, fmtRate, "contentions "+step)},
-		{ID: "wait-p99", Label: "Wait p99", Value: fmtDuration(o.WaitP99), Note: "last 5 minutes · hold p99 " + fmtDuration(o.HoldP99),
+		{ID: "wait-p99", Label: "Wait p99", Value: fmtDuration(o.WaitP99), Note: waitNote,
 			Href: "/?window=5m&by=wait#hot", Tone: toneIf(o.WaitP99 >= time.Second, "warn")},
 		{ID: "held", Label: "Held now", Value: fmtCount(o.Held), Note: fmtCount(o.TrackedKeys) + " keys tracked",
 			Href: "/keys?held=1&sort=hold"},
@@ -132,8 +148,10 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 			Href: "/blocking", Tone: toneIf(o.Waiters > 0 && o.Waiters >= o.Held && o.Held > 0, "warn")},
 		{ID: "stuck", Label: "Stuck", Value: fmtCount(o.Stuck), Note: "held past the stuck threshold",
 			Href: "#stuck", Tone: toneIf(o.Stuck > 0, "bad")},
-		{ID: "expirations", Label: "Expirations", Value: fmtCount(o.Expirations5m), Note: "TTL lapsed while held · 5 min",
-			Href: "#expirations", Tone: toneIf(o.Expirations5m > 0, "warn")},
+		{ID: "no-expiry", Label: "No expiry", Value: fmtCount(o.NoExpiry), Note: "held without a TTL: if the holder dies they stay held",
+			Href: "/keys?state=no-expiry", Tone: toneIf(o.NoExpiry > 0, "warn")},
+		{ID: "expirations", Label: "Expirations", Value: fmtCount(o.Expirations5m), Note: expNote,
+			Href: "#expirations", Tone: toneIf(o.ExpiredWorking5m > 0, "bad", toneIf(o.Expirations5m > 0, "warn", ""))},
 		{ID: "forced", Label: "Forced releases", Value: fmtCount(o.Forced5m), Note: "by operators · 5 min",
 			Href: "#forced", Tone: toneIf(o.Forced5m > 0, "warn")},
 	}
@@ -182,7 +200,8 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 		v.Stuck = append(v.Stuck, row)
 	}
 	for _, e := range s.q.Expirations(expirationsRows) {
-		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), AgoAt: fmtAbs(e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)), Confirmed: e.Confirmed}
+		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), AgoAt: fmtAbs(e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)),
+			Confirmed: e.Confirmed, Working: e.HolderWorking}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
 		v.Expirations = append(v.Expirations, row)
 	}
@@ -211,9 +230,13 @@ func rankValue(h state.HotKey, by state.Ranking) float64 {
 	return float64(h.Contentions)
 }
 
-func toneIf(cond bool, tone string) string {
+// toneIf is tone if cond holds, else the first of otherwise (or "").
+func toneIf(cond bool, tone string, otherwise ...string) string {
 	if cond {
 		return tone
+	}
+	if len(otherwise) > 0 {
+		return otherwise[0]
 	}
 	return ""
 }
@@ -266,9 +289,14 @@ type apiOverview struct {
 	Held             int        `json:"held"`
 	Waiters          int        `json:"waiters"`
 	Stuck            int        `json:"stuck"`
+	WaitMax          float64    `json:"wait_max_seconds"` // the longest wait of the last 5 minutes
+	HoldMax          float64    `json:"hold_max_seconds"` // the longest hold that ended in the last 5 minutes
+	NoExpiry         int        `json:"no_expiry"`        // locks held now without a TTL
 	Expirations5m    int64      `json:"expirations_5m"`
+	ExpiredWorking5m int64      `json:"expired_working_5m"` // of those, under a holder still at work
 	Forced5m         int64      `json:"forced_5m"`
-	Failures5m       int64      `json:"failures_5m"`
+	Failures5m       int64      `json:"failures_5m"` // refused tries included
+	Refused5m        int64      `json:"refused_5m"`  // of those, one-shot tries that found the lock held
 	EventsTotal      int64      `json:"events_total"`
 	Malformed        int64      `json:"malformed"`
 	Dropped          int64      `json:"dropped"`
@@ -288,7 +316,9 @@ func (s *server) apiOverview(w http.ResponseWriter, r *http.Request) {
 		At: lockjson.Time(o.At), AcquireRate: o.AcquireRate, ContentionRatio: o.ContentionRatio,
 		WaitP99: seconds(o.WaitP99), HoldP99: seconds(o.HoldP99),
 		Held: o.Held, Waiters: o.Waiters, Stuck: o.Stuck,
-		Expirations5m: o.Expirations5m, Forced5m: o.Forced5m, Failures5m: o.Failures5m,
+		WaitMax: seconds(o.WaitMax), HoldMax: seconds(o.HoldMax), NoExpiry: o.NoExpiry,
+		Expirations5m: o.Expirations5m, ExpiredWorking5m: o.ExpiredWorking5m,
+		Forced5m: o.Forced5m, Failures5m: o.Failures5m, Refused5m: o.Refused5m,
 		EventsTotal: o.EventsTotal, Malformed: o.Malformed, Dropped: o.Dropped,
 		LastEvent: lockjson.Time(o.LastEvent), TrackedKeys: o.TrackedKeys,
 		SeriesStep: seconds(o.SeriesStep), AcquireSeries: nonNil(o.AcquireSeries), ContentionSeries: nonNil(o.ContentionSeries),

@@ -164,3 +164,68 @@ func TestStuckThresholdPerClass(t *testing.T) {
 		}
 	}
 }
+
+// The overview tells an expiry under a still-working holder (it found its
+// lock lost: two holders may have run at once) from one under a dead
+// holder, counts locks held without expiry, prints a wait figure no larger
+// than the longest wait, and gives refused tries apart from failures.
+func TestOverviewTellsTheStoriesApart(t *testing.T) {
+	f := newFixture(t, nil)
+	now := time.Now()
+	dead, working, passive, hot := f.pfx+"invoice:batch-2", f.pfx+"ledger:account-501", f.pfx+"report:nightly", f.pfx+"orders:1"
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: dead, Owner: "billing-batch/pod-2", Lease: "b1", TS: now.Add(-90 * time.Second).UnixNano(), TTL: 10 * time.Second, Attempts: 1},
+		{Type: event.Acquired, Key: working, Owner: "ledger-sync/pod-1", Lease: "s1", TS: now.Add(-80 * time.Second).UnixNano(), TTL: 10 * time.Second, Attempts: 1},
+		{Type: event.Lost, Key: working, Owner: "ledger-sync/pod-1", Lease: "s1", TS: now.Add(-60 * time.Second).UnixNano(), Reason: "expired"},
+		{Type: event.Acquired, Key: passive, Owner: "redis-py/report-builder", Lease: "p1", TS: now.Add(-20 * time.Second).UnixNano(), Passive: true, Attempts: 1},
+		// One wait of exactly a minute: its bucket reaches 2 minutes.
+		{Type: event.Acquired, Key: hot, Owner: "a", Lease: "h1", TS: now.Add(-5 * time.Second).UnixNano(), TTL: time.Minute, Wait: time.Minute, Attempts: 40},
+		{Type: event.Released, Key: hot, Owner: "a", Lease: "h1", TS: now.Add(-4 * time.Second).UnixNano(), Hold: time.Second},
+		{Type: event.Failed, Key: hot, Owner: "b", TS: now.UnixNano(), Wait: 5 * time.Second, Attempts: 9, Reason: "timeout"},
+		{Type: event.Failed, Key: hot, Owner: "c", TS: now.UnixNano(), Attempts: 1, Reason: "held"},
+	})
+	f.agg.Tick()
+
+	doc := htmlDoc(t, f.do(t, req{target: "/"}))
+	tile := func(id string) (value, all string) {
+		n := one(t, doc, "stat-"+id)
+		return text(one(t, n, "value")), strings.Join(strings.Fields(text(n)), " ")
+	}
+	if v, all := tile("no-expiry"); v != "1" || attr(one(t, doc, "stat-no-expiry"), "href") != "/keys?state=no-expiry" {
+		t.Errorf("no-expiry tile = %q (%q), want 1 linking to /keys?state=no-expiry", v, all)
+	}
+	if v, all := tile("expirations"); v != "2" || !strings.Contains(all, "1 under a working holder: two holders may have run at once") {
+		t.Errorf("expirations tile = %q (%q), want 2 with 1 under a working holder", v, all)
+	}
+	kinds := map[string]string{}
+	for _, row := range byTestID(doc, "expiration-row") {
+		kinds[attr(one(t, row, "expiration-link"), "title")] = text(one(t, row, "expiration-kind"))
+	}
+	if kinds[dead] != "holder died" || kinds[working] != "still working" {
+		t.Errorf("expiration kinds = %q, want %s: holder died, %s: still working", kinds, dead, working)
+	}
+	if !strings.Contains(text(one(t, doc, "expirations-why")), "may have run at once") {
+		t.Errorf("the expirations card does not say why a working holder's expiry matters")
+	}
+	// The p99 of a 5 s and a 60 s wait is interpolated within the 30 s–1 m
+	// bucket, never its neighbour's bound.
+	if v, all := tile("wait-p99"); !strings.Contains(all, "longest 1m00s") || func() bool {
+		d, err := time.ParseDuration(v)
+		return err != nil || d < 30*time.Second || d > time.Minute
+	}() {
+		t.Errorf("wait tile = %q (%q), want between 30 and 60 s and the longest wait 1m00s: never the bucket's 2m00s", v, all)
+	}
+	if _, all := tile("acquire-rate"); !strings.Contains(all, "1 failed, 1 refused in 5 min") {
+		t.Errorf("acquisitions tile = %q, want the timeout and the refused try apart", all)
+	}
+
+	o := decodeJSON[apiOverview](t, f.do(t, req{target: "/api/v1/overview"}))
+	if o.NoExpiry != 1 || o.Expirations5m != 2 || o.ExpiredWorking5m != 1 || o.Failures5m != 2 || o.Refused5m != 1 || o.WaitMax != 60 || o.WaitP99 > 60 || o.WaitP99 < 30 {
+		t.Errorf("API overview no_expiry %d, expirations %d, working %d, failures %d, refused %d, wait max %v, p99 %v; want 1, 2, 1, 2, 1, 60, 30..60",
+			o.NoExpiry, o.Expirations5m, o.ExpiredWorking5m, o.Failures5m, o.Refused5m, o.WaitMax, o.WaitP99)
+	}
+	page := decodeJSON[apiLockPage](t, f.do(t, req{target: "/api/v1/locks?state=no-expiry"}))
+	if page.Total != 1 || len(page.Locks) != 1 || page.Locks[0].Key != passive || !page.Locks[0].NoExpiry {
+		t.Errorf("GET /api/v1/locks?state=no-expiry = %+v, want %s alone", page, passive)
+	}
+}

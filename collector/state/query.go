@@ -219,6 +219,10 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 			if !k.held || waiting[k.key] == 0 {
 				return
 			}
+		case StateNoExpiry:
+			if !k.held || !k.passive || k.ttl > 0 || k.expiresAt != 0 {
+				return
+			}
 		case StateFree:
 			if k.held {
 				return

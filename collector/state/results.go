@@ -142,10 +142,11 @@ type LockState string
 
 // Lock states.
 const (
-	StateHeld   LockState = "held"
-	StateStuck  LockState = "stuck"  // held past its class's stuck threshold
-	StateWaited LockState = "waited" // held, with callers waiting for it now
-	StateFree   LockState = "free"
+	StateHeld     LockState = "held"
+	StateStuck    LockState = "stuck"     // held past its class's stuck threshold
+	StateWaited   LockState = "waited"    // held, with callers waiting for it now
+	StateNoExpiry LockState = "no-expiry" // held without a TTL (LockInfo.NoExpiry)
+	StateFree     LockState = "free"
 )
 
 // LockQuery selects a page of tracked keys.
