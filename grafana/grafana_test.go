@@ -56,6 +56,10 @@ type panel struct {
 	GridPos     *struct{ H, W, X, Y int } `json:"gridPos"`
 	Targets     []target                  `json:"targets"`
 	Panels      []panel                   `json:"panels"` // collapsed rows
+	Links       []struct {
+		Title string `json:"title"`
+		URL   string `json:"url"`
+	} `json:"links"`
 	FieldConfig struct {
 		Defaults struct {
 			Unit     string          `json:"unit"`
