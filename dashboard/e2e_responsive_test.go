@@ -74,6 +74,15 @@ func TestPagesAtEveryWidth(t *testing.T) {
 			if narrow != "" {
 				t.Errorf("%s at %d px: key columns narrower than 120 px: %s", path, w, narrow)
 			}
+			// The key page's timeline keeps its labels legible: 11 units of
+			// its viewBox are at least 10 px on screen.
+			if path == keyPath(long) {
+				scale, err := chromedp.Run(bctx, chromedp.Evaluate[float64](
+					`(() => { const s = document.querySelector('svg.tl'); return s ? 11 * s.getBoundingClientRect().width / s.viewBox.baseVal.width : 0 })()`))
+				if err != nil || scale < 9.9 {
+					t.Errorf("%s at %d px: timeline labels render at %.1f px (%v), want at least 10 px", path, w, scale, err)
+				}
+			}
 			cut, err := chromedp.Run(bctx, chromedp.Evaluate[string](cutCells))
 			if err != nil {
 				t.Fatal(err)
