@@ -333,3 +333,68 @@ func TestDemoOnARealRedisStopsAfterDuration(t *testing.T) {
 		t.Errorf("XLEN %s = 0 after the demo, want its events", event.DefaultStream)
 	}
 }
+
+// A replica never exports a last-event time of 0 (which read as a stream
+// silent since 1970 and set LockscopeEventsStale pending): while it knows no
+// event the series is absent, and a restarted one gives, from its first
+// answer to /metrics, the newest event it rebuilt or nothing.
+func TestRestartedServeNeverExportsAZeroLastEvent(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	addr := freeAddr(t)
+	base := "http://" + addr
+	env := []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_STREAM=restart:events", "LOCKSCOPE_LISTEN=" + addr, "LOCKSCOPE_REPLICA=r1"}
+	lastEvent := func() (float64, bool, error) {
+		code, body, err := get(context.Background(), base+"/metrics")
+		if err != nil || code != 200 {
+			return 0, false, fmt.Errorf("GET /metrics = %d, %v", code, err)
+		}
+		v, found := metricSum(body, "lockscope_last_event_timestamp_seconds")
+		return v, found, nil
+	}
+	serve := start(t, env, "serve")
+	redistest.WaitFor(t, 15*time.Second, "/metrics", func() error { _, _, err := lastEvent(); return err })
+	for range 3 { // an empty stream: no event known
+		if v, found, err := lastEvent(); err != nil || found {
+			t.Fatalf("before any event: lockscope_last_event_timestamp_seconds = %v (found %v), %v; want absent, not 0", v, found, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, stderr, code := lockscope(t, env, "", "load", "--duration", "2s", "--rate", "50", "--concurrency", "4", "--speed", "10"); code != 0 {
+		t.Fatalf("lockscope load: exit %d\n%s", code, stderr)
+	}
+	var before float64
+	redistest.WaitFor(t, 15*time.Second, "a last-event time before the restart", func() error {
+		v, found, err := lastEvent()
+		if err != nil || !found || v <= 0 {
+			return fmt.Errorf("lockscope_last_event_timestamp_seconds = %v (found %v), %v", v, found, err)
+		}
+		before = v
+		return nil
+	})
+	serve.signal(syscall.SIGTERM)
+	if code := serve.wait(20 * time.Second); code != 0 {
+		t.Fatalf("serve after SIGTERM: exit %d", code)
+	}
+
+	start(t, env, "serve")
+	var scrapes, absent int
+	redistest.WaitFor(t, 30*time.Second, "the restarted replica's last-event time", func() error {
+		v, found, err := lastEvent()
+		if err != nil {
+			return err // not listening yet
+		}
+		scrapes++
+		switch {
+		case !found:
+			absent++
+			return errors.New("absent: the rebuild has applied no event yet")
+		case v <= 0:
+			t.Fatalf("scrape %d of the restarted replica: lockscope_last_event_timestamp_seconds %v, want absent or the newest event's time", scrapes, v)
+		case v < before:
+			return fmt.Errorf("last event %v, want the rebuilt %v", v, before)
+		}
+		return nil
+	})
+	t.Logf("restarted replica: %d scrapes, %d without the series, then the newest event's time", scrapes, absent)
+}
