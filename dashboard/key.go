@@ -228,6 +228,17 @@ func (s *server) eventRowsOf(recent []event.Event, now time.Time) []eventRow {
 			if e.TTL > 0 {
 				row.Detail += " · ttl " + fmtDuration(e.TTL)
 			}
+			// The run's closest call stays in sight: the least TTL left
+			// when one of its renewals landed.
+			var least time.Duration
+			for _, r := range recent[i:j] {
+				if r.Headroom > 0 && (least == 0 || r.Headroom < least) {
+					least = r.Headroom
+				}
+			}
+			if least > 0 {
+				row.Detail += " · least headroom " + fmtDuration(least)
+			}
 		}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
 		rows = append(rows, row)
