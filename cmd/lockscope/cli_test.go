@@ -39,7 +39,7 @@ func TestBadUsageExits2WithOneLine(t *testing.T) {
 		{"unknown command", nil, []string{"frobnicate"}, "lockscope: ", `unknown command "frobnicate"`},
 		{"unknown flag", nil, []string{"serve", "--nope"}, "lockscope serve: ", "flag provided but not defined: -nope"},
 		{"bad number", nil, []string{"load", "--rate", "fast"}, "lockscope load: ", `invalid value "fast" for flag -rate: want a number`},
-		{"bad duration env", []string{"LOCKSCOPE_STUCK_AFTER=soon"}, []string{"serve"}, "lockscope serve: ", `invalid value "soon" for LOCKSCOPE_STUCK_AFTER: want a duration`},
+		{"bad duration env", []string{"LOCKSCOPE_STUCK_AFTER=soon"}, []string{"serve"}, "lockscope serve: ", `invalid value "soon" for LOCKSCOPE_STUCK_AFTER: entry "soon": want a duration`},
 		{"bad log level env", []string{"LOCKSCOPE_LOG_LEVEL=loud"}, []string{"serve"}, "lockscope serve: ", `invalid value "loud" for LOCKSCOPE_LOG_LEVEL`},
 		{"bad log format", nil, []string{"load", "--log-format", "xml"}, "lockscope load: ", `invalid log format "xml"`},
 		{"unknown scenario", []string{"LOCKSCOPE_LOAD_SCENARIOS=cron,nope"}, []string{"load"}, "lockscope load: ", `unknown scenario "nope"`},
