@@ -17,6 +17,7 @@ import (
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redisson"
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -39,7 +40,7 @@ func startRedisson(t *testing.T, port int, key string, watchdog time.Duration) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
+	var stderr syncbuf.Buffer // written by exec's goroutine while we may read it
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("node-redisson (tools/foreign, scripts/deps.sh): %v", err)
@@ -65,7 +66,7 @@ func startRedisson(t *testing.T, port int, key string, watchdog time.Duration) *
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		if t.Failed() && stderr.Len() > 0 {
+		if t.Failed() && stderr.String() != "" {
 			t.Logf("node-redisson stderr: %s", stderr.String())
 		}
 	})

@@ -82,6 +82,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	}
 	wait := max(e.Wait, 0)
 	hold := max(e.Hold, 0)
+	known := false // the event's record is in k's ring already
 
 	switch e.Type {
 	case event.Waiting:
@@ -195,7 +196,9 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 
 	case event.Expired:
 		r.d = int64(hold)
-		a.expiredEventLocked(sh, k, lease, owner, ts, hold, e.Passive, e.TraceID)
+		// An expiration already in the timeline (declared at its TTL, or
+		// by a keyspace notification) is not written there again.
+		known = a.expiredEventLocked(sh, k, lease, owner, ts, hold, e.Passive, e.TraceID) && r.obs == 0
 
 	case event.Renewed:
 		r.d = int64(max(e.TTL, 0))
@@ -217,7 +220,9 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	} else {
 		sh.idle.pushFront(k)
 	}
-	a.pushLocked(k, r)
+	if !known {
+		a.pushLocked(k, r)
+	}
 	a.rec, a.recKey = nil, nil
 	a.chargeLocked(sh, k, before)
 	sh.mu.Unlock()

@@ -98,6 +98,13 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 		a.exps.confirm(k.expSeq) // the expiration counted when it was declared
 	}
 	outer, outerKey := a.rec, a.recKey
+	if outer != nil && outerKey == k && outer.typ == event.Expired {
+		// An expired event that names this hold is the expiry's record:
+		// one line in the key's timeline, not the expiry and the event.
+		outer.d = int64(hold)
+		a.endHoldLocked(sh, k, endExpired, at, hold)
+		return
+	}
 	if outer != nil && outerKey == k && outer.obs != 0 && k.stats == nil {
 		// The expiry's record goes into the ring before the event's own:
 		// should it push an observation out, the event's must be counted.
@@ -140,7 +147,9 @@ func (a *Aggregator) holderWorkingLocked(seq uint64) {
 }
 
 // expiredEventLocked applies an expired event from an emitter or watcher.
-func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, passive bool, tr event.TraceID) {
+// It reports whether the expiration was known already (declared at its TTL
+// or by a keyspace notification), so its record is in the timeline.
+func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner string, ts int64, hold time.Duration, passive bool, tr event.TraceID) (known bool) {
 	switch {
 	case k.matches(lease, owner):
 		if !k.trace.IsValid() {
@@ -155,18 +164,22 @@ func (a *Aggregator) expiredEventLocked(sh *shard, k *keyState, lease, owner str
 			if passive {
 				a.exps.confirm(p.seq)
 			}
-			break // still waiting for its holder's word
+			return true // still waiting for its holder's word
 		}
 		a.resolvePendingLocked(k, k.prevOf(lease, owner), true, passive)
 	case k.endedAlready(lease, owner):
-		if k.ended == endExpired && passive {
-			a.exps.confirm(k.expSeq)
+		if k.ended == endExpired {
+			if passive {
+				a.exps.confirm(k.expSeq)
+			}
+			return true
 		}
 	case lease != "" || k.lease == "":
 		// A hold we never tracked: count it, once.
 		a.countExpirationLocked(k, owner, lease, ts, hold, passive)
 		a.holdLocked(k, hold, tr)
 	}
+	return false
 }
 
 // KeyExpired records a keyspace notification: key expired now. It confirms

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -134,7 +134,7 @@ func holdWithRedisPy(t *testing.T, port int, key string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
+	var stderr syncbuf.Buffer // written by exec's goroutine while we may read it
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("redis-py (Debian's python3-redis, scripts/deps.sh): %v", err)
