@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockscope/lockscope/collector/internal/glob"
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 // Class names with a fixed meaning.
@@ -67,7 +68,7 @@ func appendDefaultClass(dst []byte, key string) []byte {
 			j++
 		}
 		seg := key[i:j]
-		if isUUID(seg) {
+		if keytext.IsUUID(seg) {
 			dst = append(dst, '*')
 		} else {
 			dst = appendParts(dst, seg, limit)
@@ -98,7 +99,7 @@ func lastSegment(key string) int {
 }
 
 // wholeIdentifier reports whether segment seg derives to '*' whole.
-func wholeIdentifier(seg string) bool { return isUUID(seg) || isIdentifier(seg) }
+func wholeIdentifier(seg string) bool { return keytext.IsUUID(seg) || isIdentifier(seg) }
 
 // appendParts appends seg with its identifier-like parts replaced by '*',
 // stopping once dst is longer than limit (the caller truncates).
@@ -254,29 +255,4 @@ func isPrintableASCII(s string) bool {
 		all &= byteKinds[s[i]]
 	}
 	return all != 0
-}
-
-// isUUID reports whether s is a textual UUID (8-4-4-4-12 hex digits).
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !isHex(c) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-func isHex(c byte) bool {
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')
 }

@@ -27,6 +27,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/lockscope/lockscope/internal/keytext"
 )
 
 // Lock is a Redisson lock's hash, parsed.
@@ -83,31 +85,11 @@ func parseField(f string) (Holder, bool) {
 		f, h.Write = rest, true
 	}
 	id, thread, ok := strings.Cut(f, ":")
-	if !ok || !isUUID(id) || !(isDigits(thread) || isUUID(thread)) {
+	if !ok || !keytext.IsUUID(id) || !(isDigits(thread) || keytext.IsUUID(thread)) {
 		return Holder{}, false
 	}
 	h.ClientID, h.Thread = id, thread
 	return h, true
-}
-
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func isDigits(s string) bool {
