@@ -148,7 +148,7 @@ func TestIsUUID(t *testing.T) {
 		"6d2b8f4e-1c3a-4b5d-9e8f-0a1b2c3d4e5":  false,
 		"6d2b8f4e-1c3a-4b5d-9e8f-0a1b2c3d4e5g": false,
 		"6d2b8f4e-1c3a-4b5d_9e8f-0a1b2c3d4e5f": false,
-		"": false,
+		"":                                     false,
 	} {
 		if got := IsUUID(s); got != want {
 			t.Errorf("IsUUID(%q) = %v, want %v", s, got, want)
