@@ -67,3 +67,16 @@ func TestAnExpirationIsOneLineOfTheTimeline(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitingEventsKeepTheHolderSeen: a key's recent events give a waiting
+// call's holder, as they do a failed one's.
+func TestWaitingEventsKeepTheHolderSeen(t *testing.T) {
+	a, _ := newTestAggregator(t, Config{})
+	w := ev(event.Waiting, "orders:1", "api/2", "w1", time.Second)
+	w.Holder = "worker/1"
+	a.Apply([]event.Event{acquired("orders:1", "worker/1", "l1", 0, 0, 1, time.Minute), w})
+	d, _ := a.Lock("orders:1")
+	if len(d.Recent) != 2 || d.Recent[0].Type != event.Waiting || d.Recent[0].Holder != "worker/1" {
+		t.Fatalf("recent = %+v, want the waiting event first with holder worker/1", d.Recent)
+	}
+}

@@ -42,7 +42,7 @@ type record struct {
 	owner    ref
 	lease    ref
 	reason   ref
-	who      ref // failed: the holder; forced: the operator
+	who      ref // waiting, failed: the holder seen; forced: the operator
 	trace    event.TraceID
 }
 
@@ -75,6 +75,8 @@ func (r *record) event(key string, tab *internTab) event.Event {
 	switch r.typ {
 	case event.Acquired:
 		e.Wait, e.TTL = d, time.Duration(r.ttlMS)*time.Millisecond
+	case event.Waiting:
+		e.Holder = tab.str(r.who)
 	case event.Failed:
 		e.Wait, e.Holder = d, tab.str(r.who)
 	case event.Renewed:
