@@ -63,7 +63,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 		want := []string{
 			"acquired editor/alice",
 			"failed editor/bob:held <- editor/alice",
-			"waiting editor/bob", // the recent list shows no holder for a wait: waiters_now does
+			"waiting editor/bob <- editor/alice",
 			"released editor/alice",
 			"acquired editor/bob",
 			"released editor/bob",
