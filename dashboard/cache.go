@@ -26,7 +26,7 @@ import (
 //     at most, however many ask, and an answer is never older than ten of
 //     them. An answer computed in under reuseMin is not reused: a small
 //     state is always answered fresh, as before;
-//   - at most buildSlots computations run at once: the others wait their
+//   - at most one computation per core (two at least) runs at once: the others wait their
 //     turn, and memory holds that many sets of candidates.
 //
 // Answers are shared read-only: the handlers only read them.
