@@ -69,7 +69,9 @@ func TestForceReleaseOwnerChanged(t *testing.T) {
 func TestForceReleaseSucceedsAndHolderSeesLoss(t *testing.T) {
 	f := newFixture(t, operatorOptions())
 	key := f.pfx + "invoice:7"
-	const ttl = 600 * time.Millisecond
+	// A renewal every ttl/3 finds the key gone: the TTL leaves a busy host
+	// two more renewal intervals to see it before the lease would lapse.
+	const ttl = 3 * time.Second
 	lease := f.obtain(t, key, "billing/host-1/42", ttl, true)
 
 	// The confirmation shows the holder and embeds its fingerprint.

@@ -395,12 +395,17 @@ func TestMaxHold(t *testing.T) {
 	c, rdb, rec, p := newClient(t, "long")
 	key := p + "k"
 	start := time.Now()
-	l := mustObtain(t, c, key, 200*time.Millisecond, &ObtainOptions{AutoRenew: true, MaxHold: 300 * time.Millisecond})
-	if !waitClosed(l.Done(), 2*time.Second) {
+	// Renewed every TTL/3 until MaxHold ends it, well before the TTL could
+	// lapse on a busy host (a lapse would be a loss of another reason).
+	l := mustObtain(t, c, key, 3*time.Second, &ObtainOptions{AutoRenew: true, MaxHold: 2 * time.Second})
+	if !waitClosed(l.Done(), 10*time.Second) {
 		t.Fatal("lease not ended after MaxHold")
 	}
-	if took := time.Since(start); took < 290*time.Millisecond {
-		t.Errorf("lease ended after %v, before MaxHold 300ms", took)
+	if took := time.Since(start); took < 2*time.Second {
+		t.Errorf("lease ended after %v, before MaxHold 2s", took)
+	}
+	if r := rec.of(event.Renewed); len(r) == 0 {
+		t.Error("no renewal before MaxHold: the test wants a renewing lease")
 	}
 	if err := l.Err(); !errors.Is(err, ErrLost) {
 		t.Errorf("Err() = %v, want ErrLost", err)
