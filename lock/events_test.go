@@ -153,16 +153,7 @@ func TestEventsReadBackFromStream(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	msgs, err := rdb.XRange(ctx, stream, "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []event.Event
-	for _, m := range msgs {
-		if got, err = event.DecodeAppend(got, m.Values); err != nil {
-			t.Fatalf("decode %v: %v", m.ID, err)
-		}
-	}
+	got := streamEvents(t, rdb, stream)
 	rec.mu.Lock()
 	want := append([]event.Event(nil), rec.events...)
 	rec.mu.Unlock()

@@ -76,3 +76,19 @@ func waitClosed(ch <-chan struct{}, d time.Duration) bool {
 		return false
 	}
 }
+
+// streamEvents reads every event of stream back, decoded.
+func streamEvents(t *testing.T, rdb redis.UniversalClient, stream string) []event.Event {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []event.Event
+	for _, m := range msgs {
+		if got, err = event.DecodeAppend(got, m.Values); err != nil {
+			t.Fatalf("decode %v: %v", m.ID, err)
+		}
+	}
+	return got
+}

@@ -196,16 +196,7 @@ func TestTraceIDsReadBackFromStream(t *testing.T) {
 	if err := em.Close(bg); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := rdb.XRange(bg, stream, "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []event.Event
-	for _, m := range msgs {
-		if got, err = event.DecodeAppend(got, m.Values); err != nil {
-			t.Fatalf("decode %v: %v", m.ID, err)
-		}
-	}
+	got := streamEvents(t, rdb, stream)
 	if len(got) != 3 {
 		t.Fatalf("read %d events back, want 3", len(got))
 	}
