@@ -2,18 +2,11 @@ package alerts
 
 import (
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/lockscope/lockscope/collector"
-	"github.com/lockscope/lockscope/collector/promexport"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/lock"
@@ -35,32 +28,11 @@ func TestPrometheusLeaseAtRisk(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 
-	var targets []string
-	for _, replica := range []string{"lease-a", "lease-b"} {
-		exp := promexport.New()
-		a := state.New(state.Config{Metrics: exp, Classes: []state.ClassRule{
-			{Pattern: prefix + "healthy:*", Class: "healthy:*"}, {Pattern: prefix + "starved:*", Class: "starved:*"}}})
-		reg := prometheus.NewRegistry()
-		if err := exp.Register(reg, a); err != nil {
-			t.Fatalf("Register = %v", err)
-		}
-		col := collector.New(rdb, a, &collector.Options{Stream: stream, Replica: replica, Block: 100 * time.Millisecond})
-		done := make(chan struct{})
-		go func() { defer close(done); col.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := httptest.NewServer(mux)
-		t.Cleanup(srv.Close)
-		targets = append(targets, srv.Listener.Addr().String())
-	}
+	targets, _ := startReplicas(ctx, t, rdb, stream, state.Config{Classes: []state.ClassRule{
+		{Pattern: prefix + "healthy:*", Class: "healthy:*"}, {Pattern: prefix + "starved:*", Class: "starved:*"}}},
+		"lease-a", "lease-b")
 	prom := startPrometheus(t, targets...)
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 20 * time.Millisecond})
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer ccancel()
-		em.Close(cctx)
-	})
+	em := startEmitter(t, rdb, stream)
 
 	// On time: auto-renewed every second, two thirds of the TTL left.
 	punctual := lock.New(rdb, &lock.Options{Owner: "e2e/punctual", Recorder: em})

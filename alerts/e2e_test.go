@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/collector/promexport"
@@ -57,37 +58,10 @@ func TestPrometheusEndToEnd(t *testing.T) {
 
 	// lockscope: two replicas, each a collector + /metrics, both scraped:
 	// every rule must count each lock once.
-	var targets []string
-	var agg *state.Aggregator
-	for _, replica := range []string{"e2e-a", "e2e-b"} {
-		exp := promexport.New()
-		a := state.New(state.Config{StuckAfter: stuckAfter, Metrics: exp})
-		reg := prometheus.NewRegistry()
-		if err := exp.Register(reg, a); err != nil {
-			t.Fatalf("Register = %v", err)
-		}
-		col := collector.New(rdb, a, &collector.Options{Stream: stream, Replica: replica, Block: 100 * time.Millisecond})
-		colDone := make(chan struct{})
-		go func() { defer close(colDone); col.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-colDone })
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		metrics := httptest.NewServer(mux)
-		t.Cleanup(metrics.Close)
-		targets = append(targets, metrics.Listener.Addr().String())
-		if agg == nil {
-			agg = a
-		}
-	}
-
+	targets, aggs := startReplicas(ctx, t, rdb, stream, state.Config{StuckAfter: stuckAfter}, "e2e-a", "e2e-b")
+	agg := aggs[0]
 	prom := startPrometheus(t, targets...)
-
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 20 * time.Millisecond})
-	t.Cleanup(func() {
-		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer ccancel()
-		em.Close(cctx)
-	})
+	em := startEmitter(t, rdb, stream)
 
 	// Phase 1: four workers contend for four keys with short holds.
 	workCtx, stopWork := context.WithCancel(ctx)
@@ -281,6 +255,50 @@ func (p *prometheusServer) logs() string { return p.Logs() }
 func (p *prometheusServer) get(t *testing.T, path string, data any) {
 	t.Helper()
 	p.Get(t, path, data)
+}
+
+// startReplicas runs one collector per replica name on stream, each counting
+// into its own aggregator (made from cfg) and serving /metrics on a loopback
+// port, as `lockscope serve` replicas do. It returns the /metrics addresses
+// and the aggregators; all stop when ctx ends.
+func startReplicas(ctx context.Context, t *testing.T, rdb redis.UniversalClient, stream string, cfg state.Config, replicas ...string) ([]string, []*state.Aggregator) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	var targets []string
+	var aggs []*state.Aggregator
+	for _, replica := range replicas {
+		exp := promexport.New()
+		cfg.Metrics = exp
+		a := state.New(cfg)
+		reg := prometheus.NewRegistry()
+		if err := exp.Register(reg, a); err != nil {
+			t.Fatalf("Register = %v", err)
+		}
+		col := collector.New(rdb, a, &collector.Options{Stream: stream, Replica: replica, Block: 100 * time.Millisecond})
+		colDone := make(chan struct{})
+		go func() { defer close(colDone); col.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-colDone })
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		metrics := httptest.NewServer(mux)
+		t.Cleanup(metrics.Close)
+		targets = append(targets, metrics.Listener.Addr().String())
+		aggs = append(aggs, a)
+	}
+	return targets, aggs
+}
+
+// startEmitter is the lock library's emitter on stream, closed at the end of
+// the test.
+func startEmitter(t *testing.T, rdb redis.UniversalClient, stream string) *lock.Emitter {
+	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 20 * time.Millisecond})
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer ccancel()
+		em.Close(cctx)
+	})
+	return em
 }
 
 // startPrometheus runs /usr/bin/prometheus on a free loopback port,
