@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -108,7 +110,7 @@ operator: {user: ops, password: correct-horse-battery, tokens: "alice tok-alice-
 	if asRoot {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(*sc.RunAsUser), Gid: uint32(*sc.RunAsGroup), Groups: []uint32{uint32(*sc.FSGroup)}}
 	}
-	var logs strings.Builder
+	var logs lockedBuffer // written by the copy below while the test reads it
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -138,6 +140,14 @@ operator: {user: ops, password: correct-horse-battery, tokens: "alice tok-alice-
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+	}
+	// The Go runtime's soft memory limit is the one the chart sized the pod
+	// for (requests: the limit + 32 MiB): both follow --max-keys by one rule.
+	m := regexp.MustCompile(`memory_limit_mib["=:]+(\d+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Errorf("lockscope did not log its soft memory limit")
+	} else if mib, _ := strconv.ParseInt(m[1], 10, 64); mib+32 != c.Resources.Requests.Memory().Value()>>20 {
+		t.Errorf("lockscope's soft memory limit %d MiB, the chart's memory request %v: want the limit + 32 MiB", mib, c.Resources.Requests.Memory())
 	}
 	// The operator's credentials: basic auth and alice's token are accepted
 	// (404: nothing held), a wrong token is not.
@@ -236,4 +246,22 @@ func startRedis(t *testing.T) string {
 			t.Fatalf("redis-server on %s did not answer PING within 30 s", addr)
 		}
 	}
+}
+
+// lockedBuffer is a strings.Builder safe to read while it is written.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -154,6 +154,8 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		if l := cfg.collector.memoryLimit(); l > 0 {
 			debug.SetMemoryLimit(l)
+			// Said once: the Helm chart sizes the pod from the same rule.
+			log.Info("soft memory limit set", "memory_limit_mib", l>>20, "max_keys", cfg.collector.maxKeys)
 		}
 	}
 	acfg, err := cfg.collector.aggregatorConfig()
