@@ -142,41 +142,35 @@ type openQueue struct {
 
 // queueIncidentsLocked opens an incident for each key where WaitQueueMin
 // or more callers wait and the longest has waited WaitQueueAfter, and ends
-// those whose queue fell under WaitQueueMin. ws are the waiters now,
-// oldest first; clock is the event clock.
-func (a *Aggregator) queueIncidentsLocked(ws []waiter, clock int64) {
-	byKey := make(map[string][]int64) // since of each waiter, oldest first
-	for _, x := range ws {
-		byKey[x.key] = append(byKey[x.key], x.since)
-	}
-	first := make(map[string]string) // key -> lease of its oldest waiter
-	for _, x := range ws {
-		if _, ok := first[x.key]; !ok {
-			first[x.key] = x.lease
-		}
+// those whose queue fell under WaitQueueMin. qs are the queues of
+// WaitQueueMin or more waiters now; clock is the event clock.
+func (a *Aggregator) queueIncidentsLocked(qs []keyQueue, clock int64) {
+	byKey := make(map[string]keyQueue, len(qs))
+	for _, q := range qs {
+		byKey[q.key] = q
 	}
 	for key, q := range a.queues {
-		if len(byKey[key]) < WaitQueueMin {
+		if _, ok := byKey[key]; !ok {
 			a.queueIncidentLocked(key, q, clock)
 			delete(a.queues, key)
 		}
 	}
 	keys := make([]string, 0, len(byKey))
-	for key, sinces := range byKey {
-		if len(sinces) >= WaitQueueMin && clock-sinces[0] >= int64(WaitQueueAfter) {
+	for key, q := range byKey {
+		if clock-q.since >= int64(WaitQueueAfter) {
 			keys = append(keys, key)
 		}
 	}
 	slices.Sort(keys)
 	for _, key := range keys {
-		sinces := byKey[key]
+		kq := byKey[key]
 		hd := a.holderOf(key)
 		holder, held := hd.owner, hd.held
 		q, open := a.queues[key]
 		switch {
 		case !open:
-			q = openQueue{id: incidentID(IncidentWaitQueue, key, first[key]),
-				start: max(sinces[0]+int64(WaitQueueAfter), sinces[WaitQueueMin-1])}
+			q = openQueue{id: incidentID(IncidentWaitQueue, key, kq.first),
+				start: max(kq.since+int64(WaitQueueAfter), kq.minthAt)}
 		case !held || slices.Contains(q.owners, holder):
 			continue // recorded already
 		}

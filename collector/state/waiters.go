@@ -407,6 +407,48 @@ func sortWaiters(ws []waiter) {
 	})
 }
 
+// keyQueue is a key's wait queue as incidents see it: how many wait, the
+// oldest waiter (by since, ties by lease) and the since of the min-th
+// oldest.
+type keyQueue struct {
+	key            string
+	n              int
+	first          string // lease of the oldest waiter
+	since, minthAt int64
+}
+
+// queuesOf returns the queues of min or more waiters, keys in any order.
+// Keys with fewer waiters cost nothing; a queue of n costs O(n), no sort.
+func (w *waits) queuesOf(min int) []keyQueue {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []keyQueue
+	older := func(a, b *waiter) bool { return a.since < b.since || a.since == b.since && a.lease < b.lease }
+	for key, q := range w.byKey {
+		if q.n < min {
+			continue
+		}
+		oldest := make([]*waiter, 0, min) // the min oldest, oldest first
+		for x := q.head; x != nil; x = x.next {
+			if len(oldest) == min && !older(x, oldest[min-1]) {
+				continue
+			}
+			i := len(oldest)
+			if i == min {
+				i--
+			} else {
+				oldest = append(oldest, nil)
+			}
+			for ; i > 0 && older(x, oldest[i-1]); i-- {
+				oldest[i] = oldest[i-1]
+			}
+			oldest[i] = x
+		}
+		out = append(out, keyQueue{key: key, n: q.n, first: oldest[0].lease, since: oldest[0].since, minthAt: oldest[min-1].since})
+	}
+	return out
+}
+
 // keyWaiters copies up to n of key's waiters, oldest first (by arrival).
 func (w *waits) keyWaiters(key string, n int) []waiter {
 	w.mu.Lock()
@@ -572,7 +614,7 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 		}
 		a.deadlockIncidentLocked(b.cycle, b.end)
 	}
-	a.queueIncidentsLocked(a.waits.snapshot(), clock) // every waiter: a queue need hold no lease
+	a.queueIncidentsLocked(a.waits.queuesOf(WaitQueueMin), clock) // every waiter: a queue need hold no lease
 }
 
 // brokenCycle is a cycle gone since the last scan, and how it broke.
