@@ -27,7 +27,7 @@ from .value import default_owner
 log = logging.getLogger("lockscope")
 
 DEFAULT_MAXLEN = 1_000_000
-DEFAULT_BATCH_SIZE = 512
+DEFAULT_BATCH_SIZE = 2048
 MAX_FLUSH_INTERVAL = 0.1
 DEFAULT_BUFFER_SIZE = 16384
 DEFAULT_WRITE_TIMEOUT = 1.0
@@ -135,7 +135,7 @@ class Emitter:
       (event.streams); collectors must read as many (``--partitions``).
     - maxlen: trim with MAXLEN ~ maxlen entries (1 000 000); negative: never.
     - batch_size: most events per write, and a write as soon as this many
-      are buffered (512); capped at buffer_size and at 9 999.
+      are buffered (2048); capped at buffer_size and at 9 999.
     - flush_interval: the longest an event waits, in seconds (0.1, the most).
     - buffer_size: events held in memory, buffered or being written (16 384).
     - write_timeout: bound of one write, in seconds (1.0).
