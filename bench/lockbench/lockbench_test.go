@@ -65,10 +65,11 @@ type lib struct {
 }
 
 var libs = []lib{
-	{"lockscope-events", newLockscope(true, false)},
-	{"lockscope-events-traced", newLockscope(true, true)},
-	{"lockscope-events-deadline", newDeadline(newLockscope(true, false))},
-	{"lockscope", newLockscope(false, false)},
+	{"lockscope-events", newLockscope(true, 0, false)},
+	{"lockscope-events-b512", newLockscope(true, 512, false)}, // the default before issue 28
+	{"lockscope-events-traced", newLockscope(true, 0, true)},
+	{"lockscope-events-deadline", newDeadline(newLockscope(true, 0, false))},
+	{"lockscope", newLockscope(false, 0, false)},
 	{"redislock", newRedislock},
 	{"redsync", newRedsync},
 	{"plain", newPlain},
@@ -82,10 +83,10 @@ type lockscopeCycler struct {
 	waiting *lock.ObtainOptions
 }
 
-// newLockscope is our client, with an emitter if events, and with a
-// TraceContext hook (every call in one trace) if traced: the cost of
-// trace ids in every event.
-func newLockscope(events, traced bool) func(*redis.Client) cycler {
+// newLockscope is our client, with an emitter if events (batch events per
+// entry; 0: the default), and with a TraceContext hook (every call in one
+// trace) if traced: the cost of trace ids in every event.
+func newLockscope(events bool, batch int, traced bool) func(*redis.Client) cycler {
 	return func(rdb *redis.Client) cycler {
 		c := &lockscopeCycler{
 			once:    &lock.ObtainOptions{},
@@ -94,8 +95,13 @@ func newLockscope(events, traced bool) func(*redis.Client) cycler {
 		opt := &lock.Options{Owner: "bench"}
 		if events {
 			// A real emitter writing packed batches to a stream on the same
-			// server; trimmed so a long run does not fill Redis's memory.
-			c.em = lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, MaxLen: 1000})
+			// server, of its own for each batch size; trimmed so a long run
+			// does not fill Redis's memory.
+			s, n := stream, defaultBatch
+			if batch > 0 {
+				s, n = stream+":"+strconv.Itoa(batch), batch
+			}
+			c.em = lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: s, MaxLen: int64(eventsKept / n), BatchSize: batch})
 			opt.Recorder = c.em
 		}
 		if traced {
@@ -107,6 +113,17 @@ func newLockscope(events, traced bool) func(*redis.Client) cycler {
 		return c
 	}
 }
+
+// Each emitter's stream keeps about eventsKept events, whatever its batch
+// size: Redis's cost per event is some five times higher while a stream
+// grows (every entry new memory) than once it is trimmed (BENCHMARKS.md,
+// issue 28), so streams of different entry sizes must reach their trimmed
+// length after as many events to be compared. defaultBatch is
+// lock.EmitterOptions.BatchSize's default.
+const (
+	eventsKept   = 200_000
+	defaultBatch = 2048
+)
 
 func (c *lockscopeCycler) cycle(ctx context.Context, key string, retry bool) error {
 	opt := c.once
@@ -293,7 +310,8 @@ func benchCycle(b *testing.B, l lib, hot bool, callers int) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer rdb.Close()
 	c := l.new(rdb)
-	defer c.close()
+	closeCycler := sync.OnceFunc(c.close)
+	defer closeCycler()
 	ctx := context.Background()
 	prefix := "bench:" + l.name + ":"
 	keys := make([]string, callers)
@@ -315,6 +333,7 @@ func benchCycle(b *testing.B, l lib, hot bool, callers int) {
 	var failed atomic.Pointer[error]
 	var wg sync.WaitGroup
 	cpu0, self0 := redistest.ServerCPU(b, rdb), redistest.SelfCPU(b)
+	xadd0, _ := redistest.CommandTime(b, rdb, "xadd")
 	b.ResetTimer()
 	start := time.Now()
 	for w := range callers {
@@ -338,8 +357,13 @@ func benchCycle(b *testing.B, l lib, hot bool, callers int) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
 	// Redis's own CPU time per cycle does not depend on what else runs on
 	// the machine, unlike the wall-clock figures.
+	closeCycler() // the emitter's last batch: every cycle's events are counted
 	server := redistest.ServerCPU(b, rdb) - cpu0
 	self := redistest.SelfCPU(b) - self0
+	xadd, _ := redistest.CommandTime(b, rdb, "xadd")
+	// Redis's time in XADD per cycle: what the events cost Redis, from
+	// INFO commandstats (the command's own run time).
+	b.ReportMetric(float64((xadd-xadd0).Nanoseconds())/float64(b.N), "xadd-ns/op")
 	b.ReportMetric(float64(server.Nanoseconds())/float64(b.N), "server-ns/op")
 	// The client side: this process's CPU time (the library, go-redis, the
 	// emitter and the benchmark loop), and the sum issue 16 compares.
