@@ -28,6 +28,12 @@ import (
 //     reason timeout, after the time it was seen waiting.
 const redissonPoll = time.Second
 
+// redissonResay is how often a channel's subscriber, which has no deadline
+// the watcher can see, is said to wait again (the same lease): the state
+// keeps a waiter without a deadline for 5 minutes after it was last said,
+// and a Redisson caller may wait for as long as the lock is held.
+const redissonResay = time.Minute
+
 // redissonWaiters is who waits for one Redisson lock, as last polled.
 // Guarded by passiveWatcher.mu.
 type redissonWaiters struct {
@@ -39,7 +45,7 @@ type redissonWaiters struct {
 
 type waiterSeen struct {
 	lease, owner string
-	since        time.Time
+	since, said  time.Time // when first seen, and last said to wait
 }
 
 // pollRedisson polls the waiters of the Redisson locks held until ctx ends.
@@ -107,9 +113,15 @@ func (w *passiveWatcher) reconcileWaiters(key string, ws redisson.Waiting, now t
 	}
 	for n := int(ws.Subscribers); len(rw.slots) < n; {
 		rw.next++
-		x := &waiterSeen{lease: waiterLease("c", key, strconv.Itoa(rw.next)), owner: "redisson waiter", since: now}
+		x := &waiterSeen{lease: waiterLease("c", key, strconv.Itoa(rw.next)), owner: "redisson waiter", since: now, said: now}
 		rw.slots = append(rw.slots, x)
 		w.emit(event.Event{Type: event.Waiting, Key: key, Owner: x.owner, Lease: x.lease, Holder: holder, TS: now.UnixNano(), Passive: true})
+	}
+	for _, x := range rw.slots {
+		if now.Sub(x.said) >= redissonResay {
+			x.said = now
+			w.emit(event.Event{Type: event.Waiting, Key: key, Owner: x.owner, Lease: x.lease, Holder: holder, TS: now.UnixNano(), Passive: true})
+		}
 	}
 	// A client between two waits (node-redisson subscribes anew for each)
 	// is missing from one poll: fewer subscribers count from the second

@@ -1,90 +1,19 @@
 package collector
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/internal/redisson"
+	"github.com/lockscope/lockscope/internal/redisson/redissontest"
 	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
 )
-
-// redissonProc is a node-redisson client taking one lock (testdata/
-// redisson_lock.js): it waits if the lock is held, then holds it, its
-// watchdog renewing it, until killed.
-type redissonProc struct {
-	cmd      *exec.Cmd
-	mu       sync.Mutex
-	acquired time.Time
-	done     chan struct{}
-}
-
-func startRedisson(t *testing.T, port int, key string, watchdog time.Duration) *redissonProc {
-	t.Helper()
-	cmd := exec.Command("node", filepath.Join("testdata", "redisson_lock.js"), strconv.Itoa(port), key, strconv.FormatInt(watchdog.Milliseconds(), 10))
-	cmd.Env = append(os.Environ(), "NODE_PATH="+filepath.Join(repoRoot(t), "tools", "foreign", "node_modules"))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr syncbuf.Buffer // written by exec's goroutine while we may read it
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("node-redisson (tools/foreign, scripts/deps.sh): %v", err)
-	}
-	p := &redissonProc{cmd: cmd, done: make(chan struct{})}
-	waiting := make(chan struct{})
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			if line == "waiting" {
-				close(waiting)
-			}
-			if ms, ok := strings.CutPrefix(line, "acquired "); ok {
-				n, _ := strconv.ParseInt(ms, 10, 64)
-				p.mu.Lock()
-				p.acquired = time.UnixMilli(n)
-				p.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() && stderr.String() != "" {
-			t.Logf("node-redisson stderr: %s", stderr.String())
-		}
-	})
-	select {
-	case <-waiting:
-	case <-p.done:
-		t.Fatalf("node-redisson exited: %s", stderr.String())
-	case <-time.After(15 * time.Second):
-		t.Fatal("node-redisson did not start within 15s")
-	}
-	return p
-}
-
-func (p *redissonProc) acquiredAt() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.acquired
-}
 
 // A Redisson lock taken with node-redisson (a real client of Redisson's
 // layout): held by its holder, named for what it is; the two callers
@@ -114,8 +43,8 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		}
 		return l.Owner()
 	}
-	holder := startRedisson(t, srv.Port(), key, watchdog)
-	redistest.WaitFor(t, waitLimit, "the holder's lock", func() bool { return !holder.acquiredAt().IsZero() })
+	holder := redissontest.StartNode(t, srv.Port(), key, watchdog)
+	redistest.WaitFor(t, waitLimit, "the holder's lock", func() bool { return !holder.AcquiredAt().IsZero() })
 	first := holderName()
 	redistest.WaitFor(t, waitLimit, "the Redisson lock held in the state", func() bool {
 		li := lockInfo(agg, key)
@@ -125,7 +54,7 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		t.Errorf("holder named %q, want \"redisson <client id>:<thread>\", both shortened", first)
 	}
 
-	waiters := []*redissonProc{startRedisson(t, srv.Port(), key, watchdog), startRedisson(t, srv.Port(), key, watchdog)}
+	waiters := []*redissontest.Node{redissontest.StartNode(t, srv.Port(), key, watchdog), redissontest.StartNode(t, srv.Port(), key, watchdog)}
 	redistest.WaitFor(t, waitLimit, "two waiters", func() bool { return lockInfo(agg, key).Waiters == 2 })
 	if n := rdb.PubSubNumSub(ctx, redisson.Channel(key)).Val()[redisson.Channel(key)]; n != 2 {
 		t.Errorf("PUBSUB NUMSUB %s = %d, want 2", redisson.Channel(key), n)
@@ -150,17 +79,17 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 	if _, err := rel.ForceRelease(ctx, key, h.Fingerprint, "ops", "invoice export hung"); err != nil {
 		t.Fatalf("ForceRelease: %v", err)
 	}
-	var next, last *redissonProc
+	var next, last *redissontest.Node
 	redistest.WaitFor(t, waitLimit, "a waiter woken by the release", func() bool {
 		for i, w := range waiters {
-			if !w.acquiredAt().IsZero() {
+			if !w.AcquiredAt().IsZero() {
 				next, last = w, waiters[1-i]
 				return true
 			}
 		}
 		return false
 	})
-	took := next.acquiredAt().Sub(released)
+	took := next.AcquiredAt().Sub(released)
 	t.Logf("a waiter took the lock %v after the forced release", took)
 	if took > 1500*time.Millisecond {
 		t.Errorf("a waiter took the lock %v after the forced release, want within 1.5s: woken by the unlock message", took)
@@ -177,7 +106,7 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 
 	// The new holder crashes: its watchdog stops, the lock expires, the last
 	// waiter takes it.
-	next.cmd.Process.Signal(syscall.SIGKILL)
+	next.Kill()
 	redistest.WaitFor(t, waitLimit, "the crashed holder's lock expired", func() bool {
 		for _, e := range agg.Expirations(10) {
 			if e.Key == key && e.Owner == second && e.Confirmed {
@@ -186,7 +115,7 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		}
 		return false
 	})
-	redistest.WaitFor(t, waitLimit, "the last waiter holds it", func() bool { return !last.acquiredAt().IsZero() })
+	redistest.WaitFor(t, waitLimit, "the last waiter holds it", func() bool { return !last.AcquiredAt().IsZero() })
 	third := holderName()
 	redistest.WaitFor(t, waitLimit, "the state follows", func() bool {
 		li := lockInfo(agg, key)
@@ -203,20 +132,6 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 		t.Errorf("lockscope_acquisitions_total = %v, want 3 (holder, woken waiter, last waiter)", got)
 	}
 }
-
-// The commands Java Redisson sends, from its source (RedissonFairLock,
-// RedissonReadLock, RedissonWriteLock: tryLockInnerAsync with EVAL_LONG,
-// acquireFailedAsync), run as Redisson runs them.
-const (
-	javaFairTryLock = `while true do local firstThreadId2 = redis.call('lindex', KEYS[2], 0);if firstThreadId2 == false then break;end;local timeout = redis.call('zscore', KEYS[3], firstThreadId2);if timeout ~= false and tonumber(timeout) <= tonumber(ARGV[4]) then redis.call('zrem', KEYS[3], firstThreadId2);redis.call('lpop', KEYS[2]);else break;end;end;` +
-		`if (redis.call('exists', KEYS[1]) == 0) and ((redis.call('exists', KEYS[2]) == 0) or (redis.call('lindex', KEYS[2], 0) == ARGV[2])) then redis.call('lpop', KEYS[2]);redis.call('zrem', KEYS[3], ARGV[2]);local keys = redis.call('zrange', KEYS[3], 0, -1);for i = 1, #keys, 1 do redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), keys[i]);end;redis.call('hset', KEYS[1], ARGV[2], 1);redis.call('pexpire', KEYS[1], ARGV[1]);return nil;end;` +
-		`if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then redis.call('hincrby', KEYS[1], ARGV[2],1);redis.call('pexpire', KEYS[1], ARGV[1]);return nil;end;` +
-		`local timeout = redis.call('zscore', KEYS[3], ARGV[2]);if timeout ~= false then local ttl = redis.call('pttl', KEYS[1]);return math.max(0, ttl); end;` +
-		`local lastThreadId = redis.call('lindex', KEYS[2], -1);local ttl;if lastThreadId ~= false and lastThreadId ~= ARGV[2] and redis.call('zscore', KEYS[3], lastThreadId) ~= false then ttl = tonumber(redis.call('zscore', KEYS[3], lastThreadId)) - tonumber(ARGV[4]);else ttl = redis.call('pttl', KEYS[1]);end;local timeout = ttl + tonumber(ARGV[3]) + tonumber(ARGV[4]);if redis.call('zadd', KEYS[3], timeout, ARGV[2]) == 1 then redis.call('rpush', KEYS[2], ARGV[2]);end;return ttl;`
-	javaFairAcquireFailed = `local queue = redis.call('lrange', KEYS[1], 0, -1);local i = 1;while i <= #queue and queue[i] ~= ARGV[1] do i = i + 1;end;i = i + 1;while i <= #queue do redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i]);i = i + 1;end;redis.call('zrem', KEYS[2], ARGV[1]);redis.call('lrem', KEYS[1], 0, ARGV[1]);`
-	javaReadTryLock       = `local mode = redis.call('hget', KEYS[1], 'mode'); if (mode == false) then redis.call('hset', KEYS[1], 'mode', 'read'); redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('set', KEYS[2] .. ':1', 1); redis.call('pexpire', KEYS[2] .. ':1', ARGV[1]); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; if (mode == 'read') or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then local ind = redis.call('hincrby', KEYS[1], ARGV[2], 1); local key = KEYS[2] .. ':' .. ind;redis.call('set', key, 1); redis.call('pexpire', key, ARGV[1]); local remainTime = redis.call('pttl', KEYS[1]); redis.call('pexpire', KEYS[1], math.max(remainTime, ARGV[1])); return nil; end;return redis.call('pttl', KEYS[1]);`
-	javaWriteTryLock      = `local mode = redis.call('hget', KEYS[1], 'mode'); if (mode == false) then redis.call('hset', KEYS[1], 'mode', 'write'); redis.call('hset', KEYS[1], ARGV[2], 1); redis.call('pexpire', KEYS[1], ARGV[1]); return nil; end; if (mode == 'write') then if (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then redis.call('hincrby', KEYS[1], ARGV[2], 1); local currentExpire = redis.call('pttl', KEYS[1]); redis.call('pexpire', KEYS[1], currentExpire + ARGV[1]); return nil; end; end;return redis.call('pttl', KEYS[1]);`
-)
 
 // A fair lock, read-write locks, as Java Redisson writes them: the fair
 // lock's queue shown as its waiters, in order, each with its timeout; its
@@ -243,7 +158,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	fairKeys := []string{fair, redisson.QueueKey(fair), redisson.TimeoutKey(fair)}
 	const idA, idB, idC = "0a6a8f0e-4f6e-4c1b-9d2a-4f0e1c2b3a4d", "1b7b9f1f-5a7f-4d2c-8e3b-5a1f2d3c4b5e", "2c8ca020-6b80-4e3d-9f4c-6b20e4d5c6f7"
 	tryFair := func(field string) any {
-		v, err := rdb.Eval(ctx, javaFairTryLock, fairKeys, 30000, field, 5000, time.Now().UnixMilli()).Result()
+		v, err := rdb.Eval(ctx, redissontest.FairTryLock, fairKeys, 30000, field, 5000, time.Now().UnixMilli()).Result()
 		if err != nil && err.Error() != "redis: nil" {
 			t.Fatalf("fair tryLock(%s): %v", field, err)
 		}
@@ -306,7 +221,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 		return d.Held && d.Owner == "redisson 1b7b9f1f:2" && len(d.WaitersNow) == 1 && d.Contentions == 1
 	})
 	// The second gives up.
-	if err := rdb.Eval(ctx, javaFairAcquireFailed, fairKeys[1:], idC+":3", 5000).Err(); err != nil && err.Error() != "redis: nil" {
+	if err := rdb.Eval(ctx, redissontest.FairAcquireFailed, fairKeys[1:], idC+":3", 5000).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, waitLimit, "the second waiter's give-up", func() bool {
@@ -317,7 +232,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	const rw = "jr:rw"
 	readers := []string{"3d9db131-7c91-4f4e-8a5d-7c31f5e6d708:4", "4eaec242-8da2-405f-9b6e-8d42a6f7e819:5"}
 	for _, f := range readers {
-		if err := rdb.Eval(ctx, javaReadTryLock, []string{rw, "{" + rw + "}:" + f + ":rwlock_timeout"}, 30000, f, f+":write").Err(); err != nil && err.Error() != "redis: nil" {
+		if err := rdb.Eval(ctx, redissontest.ReadTryLock, []string{rw, "{" + rw + "}:" + f + ":rwlock_timeout"}, 30000, f, f+":write").Err(); err != nil && err.Error() != "redis: nil" {
 			t.Fatal(err)
 		}
 	}
@@ -341,7 +256,7 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 		t.Errorf("after releasing readers received %v, %v; want %q", m, err, redisson.UnlockMessage)
 	}
 	const writer = "5fbfd353-9eb3-4160-8c7f-9e53b708f92a:6:write"
-	if err := rdb.Eval(ctx, javaWriteTryLock, []string{rw}, 30000, writer).Err(); err != nil && err.Error() != "redis: nil" {
+	if err := rdb.Eval(ctx, redissontest.WriteTryLock, []string{rw}, 30000, writer).Err(); err != nil && err.Error() != "redis: nil" {
 		t.Fatal(err)
 	}
 	redistest.WaitFor(t, waitLimit, "the write lock held by its writer", func() bool {

@@ -403,7 +403,10 @@ func eventDetail(e event.Event) string {
 func newWaiterRow(x state.Waiter, now time.Time) waiterRow {
 	row := waiterRow{Key: newKeyCell(x.Key), Waiting: fmtDuration(now.Sub(x.Since).Truncate(100 * time.Millisecond)),
 		SinceTitle: x.Since.Format(time.RFC3339), Deadline: "in " + fmtDuration(x.Deadline.Sub(now).Truncate(time.Second))}
-	if !x.Deadline.After(now) {
+	switch {
+	case x.Deadline.IsZero():
+		row.Deadline = "not known" // the caller gave none, or it is not seen (a Redisson subscriber)
+	case !x.Deadline.After(now):
 		row.Deadline = "passed"
 	}
 	row.Owner, row.OwnerT = ownerText(x.Owner)
@@ -467,25 +470,25 @@ type apiEvent struct {
 }
 
 type apiWaiter struct {
-	Key       string    `json:"key"`
-	KeyB64    string    `json:"key_b64,omitempty"`
-	Class     string    `json:"class"`
-	Owner     string    `json:"owner"`
-	OwnerB64  string    `json:"owner_b64,omitempty"`
-	Lease     string    `json:"lease"`
-	Holder    string    `json:"holder_seen,omitempty"`
-	HolderB64 string    `json:"holder_seen_b64,omitempty"`
-	Since     time.Time `json:"since"`
-	Waiting   float64   `json:"waiting_seconds"`
-	Deadline  time.Time `json:"deadline"`
-	Holds     []string  `json:"holds_leases"`
-	TraceID   string    `json:"trace_id,omitempty"` // the waiting call's trace
+	Key       string     `json:"key"`
+	KeyB64    string     `json:"key_b64,omitempty"`
+	Class     string     `json:"class"`
+	Owner     string     `json:"owner"`
+	OwnerB64  string     `json:"owner_b64,omitempty"`
+	Lease     string     `json:"lease"`
+	Holder    string     `json:"holder_seen,omitempty"`
+	HolderB64 string     `json:"holder_seen_b64,omitempty"`
+	Since     time.Time  `json:"since"`
+	Waiting   float64    `json:"waiting_seconds"`
+	Deadline  *time.Time `json:"deadline"` // null when not known: the caller gave none (or is not seen: a Redisson subscriber)
+	Holds     []string   `json:"holds_leases"`
+	TraceID   string     `json:"trace_id,omitempty"` // the waiting call's trace
 }
 
 func newAPIWaiter(x state.Waiter, now time.Time) apiWaiter {
 	return apiWaiter{Key: x.Key, KeyB64: keytext.B64IfInvalid(x.Key), Class: x.Class, Owner: x.Owner, OwnerB64: keytext.B64IfInvalid(x.Owner),
 		Lease: x.Lease, Holder: x.Holder, HolderB64: keytext.B64IfInvalid(x.Holder), Since: x.Since.UTC(),
-		Waiting: seconds(max(now.Sub(x.Since), 0)), Deadline: x.Deadline.UTC(), Holds: nonNil(x.Holds), TraceID: x.Trace.String()}
+		Waiting: seconds(max(now.Sub(x.Since), 0)), Deadline: lockjson.Time(x.Deadline), Holds: nonNil(x.Holds), TraceID: x.Trace.String()}
 }
 
 // apiLock is GET /api/v1/locks/{key}: the collector's view plus Redis's

@@ -200,7 +200,7 @@ type Waiter struct {
 	Lease    string    // the lease it will hold if it acquires
 	Holder   string    // the holder it saw when its wait began
 	Since    time.Time // when its wait began
-	Deadline time.Time // when it gives up (or is dropped, without a deadline of its own)
+	Deadline time.Time // when the caller gives up; zero when it gave none (the state drops a waiter 5 minutes after it was last said to wait, whatever its deadline)
 	Holds    []string  // leases it holds while it waits
 
 	Trace event.TraceID // the waiting call's trace; zero if none

@@ -17,7 +17,8 @@ import (
 // adds a waiter; the acquired or failed event of the same lease ends it. A
 // waiter whose end never comes (its process died) is dropped once its
 // deadline has passed (plus ExpiryGrace), or defaultWaitBound after it
-// began when it had no deadline: the live picture keeps no ghosts.
+// began (or was last said again: a repeated waiting event of the same
+// lease) when it had no deadline: the live picture keeps no ghosts.
 //
 // The wait-for graph links a waiting call to the call that holds the lock it
 // waits on: the key's current holder lease, held by a call that itself
@@ -76,6 +77,7 @@ func LiveWaiters(evs []event.Event, now time.Time) map[string]int {
 type waiter struct {
 	key, class, owner, lease, holder string
 	since, deadline                  int64 // event clock, unix ns
+	gives                            int64 // the caller's deadline; 0: it gave none (deadline is then the state's bound)
 	held                             []string
 	trace                            event.TraceID // of the waiting call
 
@@ -191,7 +193,18 @@ func (w *waits) forced(key string, at int64) {
 func (w *waits) add(e *event.Event, class string, ts int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if e.Lease == "" || w.byLease[e.Lease] != nil || len(w.byLease) >= maxWaiters {
+	if x := w.byLease[e.Lease]; x != nil {
+		// The same wait said again by whoever still sees it (the passive
+		// watcher, of a Redisson caller subscribed to the lock's channel):
+		// one without a deadline of its own is kept another bound from now.
+		if x.gives == 0 && e.Wait <= 0 && ts+int64(defaultWaitBound) > x.deadline {
+			x.deadline = ts + int64(defaultWaitBound)
+			w.due[x.due].deadline = x.deadline
+			w.downDue(x.due)
+		}
+		return
+	}
+	if e.Lease == "" || len(w.byLease) >= maxWaiters {
 		return
 	}
 	bound := e.Wait
@@ -208,6 +221,9 @@ func (w *waits) add(e *event.Event, class string, ts int64) {
 	}
 	x := &waiter{key: strings.Clone(e.Key), class: class, owner: strings.Clone(e.Owner), lease: strings.Clone(e.Lease),
 		holder: strings.Clone(e.Holder), since: ts, deadline: ts + int64(bound), held: held, trace: e.TraceID}
+	if e.Wait > 0 {
+		x.gives = ts + int64(e.Wait)
+	}
 	w.bytes += cost
 	w.byLease[x.lease] = x
 	q := w.byKey[x.key]
@@ -560,8 +576,12 @@ func (g graph) cycleOf(c []int) Cycle {
 }
 
 func (x waiter) export() Waiter {
-	return Waiter{Key: x.key, Class: x.class, Owner: x.owner, Lease: x.lease, Holder: x.holder,
-		Since: time.Unix(0, x.since), Deadline: time.Unix(0, x.deadline), Holds: slices.Clone(x.held), Trace: x.trace}
+	w := Waiter{Key: x.key, Class: x.class, Owner: x.owner, Lease: x.lease, Holder: x.holder,
+		Since: time.Unix(0, x.since), Holds: slices.Clone(x.held), Trace: x.trace}
+	if x.gives != 0 {
+		w.Deadline = time.Unix(0, x.gives)
+	}
+	return w
 }
 
 // scanWaits drops waiters past their deadline and updates the deadlock

@@ -327,3 +327,59 @@ func TestWaitsAgainstModel(t *testing.T) {
 		}
 	}
 }
+
+// A waiter is shown with the deadline its caller gave, and with none when
+// it gave none (a Redisson channel subscriber, a context without a
+// deadline): the bound that drops it is the state's, not the caller's.
+func TestWaiterDeadlineIsTheCallers(t *testing.T) {
+	agg, clk := newTestAggregator(t, Config{})
+	clk.Set(aggT0.Add(2 * time.Second))
+	timed := ev(event.Waiting, "a", "w1", "W1", time.Second)
+	timed.Wait = 30 * time.Second
+	agg.Apply([]event.Event{acquired("a", "H", "LH", 0, 0, 1, time.Hour), timed, ev(event.Waiting, "a", "w2", "W2", time.Second)})
+	d, _ := agg.Lock("a")
+	if len(d.WaitersNow) != 2 {
+		t.Fatalf("waiters = %+v, want 2", d.WaitersNow)
+	}
+	if got, want := d.WaitersNow[0].Deadline, aggT0.Add(31*time.Second); !got.Equal(want) {
+		t.Errorf("deadline of a waiter that gave 30 s = %v, want %v", got, want)
+	}
+	if got := d.WaitersNow[1].Deadline; !got.IsZero() {
+		t.Errorf("deadline of a waiter that gave none = %v, want zero (not known)", got)
+	}
+}
+
+// A waiter without a deadline said to wait again (the same lease) is kept
+// 5 minutes from then, its since unchanged; one said no more is dropped;
+// the repeat of a waiter with a deadline changes nothing. LiveWaiters,
+// from the same events, agrees.
+func TestWaiterSaidAgainIsKept(t *testing.T) {
+	agg, clk := newTestAggregator(t, Config{})
+	at := func(d time.Duration) time.Time { return aggT0.Add(d) }
+	timed := func(d time.Duration) event.Event {
+		e := ev(event.Waiting, "a", "w2", "W2", d)
+		e.Wait = 6 * time.Minute
+		return e
+	}
+	evs := []event.Event{acquired("a", "H", "LH", 0, 0, 1, time.Hour),
+		ev(event.Waiting, "a", "w1", "W1", time.Second), timed(time.Second),
+		ev(event.Waiting, "a", "w1", "W1", 4*time.Minute), timed(4 * time.Minute)}
+	for _, e := range evs {
+		clk.Set(time.Unix(0, e.TS))
+		agg.Apply([]event.Event{e})
+	}
+	clk.Set(at(8 * time.Minute))
+	agg.Tick()
+	d, _ := agg.Lock("a")
+	if len(d.WaitersNow) != 1 || d.WaitersNow[0].Lease != "W1" || !d.WaitersNow[0].Since.Equal(at(time.Second)) {
+		t.Fatalf("at 8 min: waiters %+v; want W1 only (said again at 4 min), waiting since 1 s (W2's own deadline, 6 min after 1 s, passed)", d.WaitersNow)
+	}
+	if n := LiveWaiters(slices.Clone(evs), at(8*time.Minute))["a"]; n != 1 {
+		t.Errorf("LiveWaiters at 8 min = %d, want 1", n)
+	}
+	clk.Set(at(10 * time.Minute))
+	agg.Tick()
+	if d, _ := agg.Lock("a"); len(d.WaitersNow) != 0 {
+		t.Errorf("at 10 min: waiters %+v; want none: W1 was last said to wait at 4 min", d.WaitersNow)
+	}
+}

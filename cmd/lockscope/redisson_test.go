@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockscope/lockscope/internal/redisson"
+	"github.com/lockscope/lockscope/internal/redisson/redissontest"
+	"github.com/lockscope/lockscope/internal/redistest"
+)
+
+// apiLockWaiters is what /api/v1/locks/{key} says of a key's holder and
+// waiters.
+type apiLockWaiters struct {
+	Held    bool   `json:"held"`
+	Owner   string `json:"owner"`
+	Waiters int    `json:"waiters"`
+	Now     []struct {
+		Owner    string     `json:"owner"`
+		Lease    string     `json:"lease"`
+		Holder   string     `json:"holder_seen"`
+		Deadline *time.Time `json:"deadline"`
+	} `json:"waiters_now"`
+	Redis *struct {
+		Fingerprint string `json:"fingerprint"`
+	} `json:"redis_holder"`
+}
+
+type apiBlockingView struct {
+	Waiters int `json:"waiters"`
+	Holders []struct {
+		Key     string `json:"key"`
+		Owner   string `json:"owner"`
+		Waiters int    `json:"waiters"`
+	} `json:"holders"`
+}
+
+// Redisson's waiters show where our library's do: a node-redisson holder
+// with two node-redisson callers waiting for it (subscribed to the lock's
+// channel: counted by PUBSUB NUMSUB, not named) and a fair lock taken with
+// Java Redisson's own script with two threads in its queue (named, in
+// order, each with its timeout), seen by `serve --watch` in
+// /api/v1/blocking, the key's waiters and waiters_now in
+// /api/v1/locks/{key}, the key page, /blocking and lockscope_waiters; an
+// anonymous subscriber is a row "redisson waiter" whose deadline is not
+// known (null), not a made-up one. After the locks are released (forced
+// releases through the API: the woken waiters take them; the last gives
+// up or takes the lock after the holder's crash), every one of them clears.
+func TestRedissonWaitersShowWhereOursDo(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const token = "s3cret-token-0123"
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=" + token}, "--watch", "rw:*")
+	lockAPI := func(key string) (apiLockWaiters, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/api/v1/locks/"+url.PathEscape(key), nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		_, body := send(t, req)
+		var v apiLockWaiters
+		if err := json.Unmarshal([]byte(body), &v); err != nil {
+			return v, fmt.Errorf("%v: %s", err, body)
+		}
+		return v, nil
+	}
+	blocking := func() (apiBlockingView, error) {
+		_, body, err := get(ctx, base+"/api/v1/blocking")
+		var v apiBlockingView
+		if err == nil {
+			err = json.Unmarshal([]byte(body), &v)
+		}
+		return v, err
+	}
+	waitersMetric := func() (float64, error) {
+		_, body, err := get(ctx, base+"/metrics")
+		if err != nil {
+			return 0, err
+		}
+		n, ok := metricSum(body, "lockscope_waiters")
+		if !ok {
+			return 0, errors.New("no lockscope_waiters in /metrics")
+		}
+		return n, nil
+	}
+	page := func(path string) string {
+		code, body, err := get(ctx, base+path)
+		if err != nil || code != 200 {
+			t.Fatalf("GET %s = %d, %v", path, code, err)
+		}
+		return body
+	}
+
+	// A plain lock: a holder, two callers waiting on its channel.
+	const plain, watchdog = "rw:plain", 4 * time.Second
+	holder := redissontest.StartNode(t, srv.Port(), plain, watchdog)
+	redistest.WaitFor(t, 30*time.Second, "the holder's lock", func() error {
+		if holder.AcquiredAt().IsZero() {
+			return errors.New("not acquired")
+		}
+		return nil
+	})
+	plainWaiters := []*redissontest.Node{redissontest.StartNode(t, srv.Port(), plain, watchdog), redissontest.StartNode(t, srv.Port(), plain, watchdog)}
+
+	// A fair lock, as Java Redisson takes it: A holds it, B then C queue.
+	// A's lease (4 minutes) and their thread wait time (10 s) put their
+	// timeouts minutes away, so a slow host does not see them leave the
+	// queue, and within the 5 minutes the state keeps a waiter.
+	const fair = "rw:fair"
+	fairKeys := []string{fair, redisson.QueueKey(fair), redisson.TimeoutKey(fair)}
+	const idA, idB, idC = "0a6a8f0e-4f6e-4c1b-9d2a-4f0e1c2b3a4d", "1b7b9f1f-5a7f-4d2c-8e3b-5a1f2d3c4b5e", "2c8ca020-6b80-4e3d-9f4c-6b20e4d5c6f7"
+	tryFair := func(field string) any {
+		v, err := rdb.Eval(ctx, redissontest.FairTryLock, fairKeys, 4*60*1000, field, 10000, time.Now().UnixMilli()).Result()
+		if err != nil && err.Error() != "redis: nil" {
+			t.Fatalf("fair tryLock(%s): %v", field, err)
+		}
+		return v
+	}
+	if v := tryFair(idA + ":1"); v != nil {
+		t.Fatalf("fair tryLock(A) = %v, want nil (acquired)", v)
+	}
+	tryFair(idB + ":2")
+	tryFair(idC + ":3")
+
+	var plainOwner string
+	redistest.WaitFor(t, 30*time.Second, "both locks' waiters in the API", func() error {
+		p, err := lockAPI(plain)
+		if err != nil {
+			return err
+		}
+		f, err := lockAPI(fair)
+		if err != nil {
+			return err
+		}
+		if !p.Held || p.Waiters != 2 || len(p.Now) != 2 || !f.Held || f.Waiters != 2 || len(f.Now) != 2 {
+			return fmt.Errorf("plain %+v, fair %+v; want each held with 2 waiters", p, f)
+		}
+		plainOwner = p.Owner
+		return nil
+	})
+	p, _ := lockAPI(plain)
+	for i, x := range p.Now {
+		if x.Owner != "redisson waiter" || x.Deadline != nil || x.Holder != p.Owner || !strings.HasPrefix(x.Lease, "redisson-c:") {
+			t.Errorf("plain lock's waiter %d = %+v; want an anonymous \"redisson waiter\" of %s, its deadline unknown (null)", i, x, p.Owner)
+		}
+	}
+	if n := rdb.PubSubNumSub(ctx, redisson.Channel(plain)).Val()[redisson.Channel(plain)]; n != 2 {
+		t.Errorf("PUBSUB NUMSUB = %d, want 2", n)
+	}
+	f, _ := lockAPI(fair)
+	timeouts := rdb.ZRangeWithScores(ctx, redisson.TimeoutKey(fair), 0, -1).Val()
+	for i, want := range []struct{ owner, field string }{{"redisson 1b7b9f1f:2", idB + ":2"}, {"redisson 2c8ca020:3", idC + ":3"}} {
+		x := f.Now[i]
+		var timeout time.Time
+		for _, z := range timeouts {
+			if z.Member == want.field {
+				timeout = time.UnixMilli(int64(z.Score))
+			}
+		}
+		if x.Owner != want.owner || x.Holder != "redisson 0a6a8f0e:1" || x.Deadline == nil || x.Deadline.Sub(timeout).Abs() > time.Second {
+			t.Errorf("fair lock's waiter %d = %+v; want %s waiting for redisson 0a6a8f0e:1 until %v", i, x, want.owner, timeout)
+		}
+	}
+
+	b, err := blocking()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, h := range b.Holders {
+		got[h.Key] = fmt.Sprintf("%s/%d", h.Owner, h.Waiters)
+	}
+	if b.Waiters != 4 || got[plain] != plainOwner+"/2" || got[fair] != "redisson 0a6a8f0e:1/2" {
+		t.Errorf("/api/v1/blocking: %d waiters, holders %v; want 4, %s held by %s with 2 and %s by redisson 0a6a8f0e:1 with 2", b.Waiters, got, plain, plainOwner, fair)
+	}
+	if n, err := waitersMetric(); err != nil || n != 4 {
+		t.Errorf("lockscope_waiters = %v, %v; want 4", n, err)
+	}
+	if body := page("/keys/" + url.PathEscape(plain)); strings.Count(body, `data-testid="waiter-row"`) != 2 || strings.Count(body, "redisson waiter") < 2 || !strings.Contains(body, "not known") {
+		t.Errorf("the plain lock's page does not list its 2 anonymous waiters, their deadline not known:\n%s", body)
+	}
+	if body := page("/keys/" + url.PathEscape(fair)); strings.Count(body, `data-testid="waiter-row"`) != 2 ||
+		!(strings.Index(body, "redisson 1b7b9f1f:2") < strings.Index(body, "redisson 2c8ca020:3") && strings.Contains(body, "redisson 2c8ca020:3")) {
+		t.Errorf("the fair lock's page does not list B then C:\n%s", body)
+	}
+	if body := page("/blocking"); strings.Count(body, `data-testid="blocking-row"`) != 2 || !strings.Contains(body, "4 callers are waiting") {
+		t.Errorf("/blocking does not rank the two holders with 4 callers waiting:\n%s", body)
+	}
+
+	// Release both through the API, as an operator would.
+	release := func(key string) {
+		t.Helper()
+		v, err := lockAPI(key)
+		if err != nil || v.Redis == nil {
+			t.Fatalf("%s: %+v, %v; want its holder in Redis", key, v, err)
+		}
+		if code, body := apiRelease(t, base, key, v.Redis.Fingerprint, "test", token); code != 200 {
+			t.Fatalf("release %s = %d %s", key, code, body)
+		}
+	}
+	release(plain)
+	var next, last *redissontest.Node
+	redistest.WaitFor(t, 30*time.Second, "a plain waiter woken by the release", func() error {
+		for i, w := range plainWaiters {
+			if !w.AcquiredAt().IsZero() {
+				next, last = w, plainWaiters[1-i]
+				return nil
+			}
+		}
+		return errors.New("no waiter took it")
+	})
+	release(fair)
+	if v := tryFair(idB + ":2"); v != nil {
+		t.Fatalf("B's tryLock after the release = %v, want nil (acquired)", v)
+	}
+	if err := rdb.Eval(ctx, redissontest.FairAcquireFailed, fairKeys[1:], idC+":3", 10000).Err(); err != nil && err.Error() != "redis: nil" {
+		t.Fatal(err)
+	}
+	redistest.WaitFor(t, 30*time.Second, "one waiter left: the plain lock's last", func() error {
+		b, err := blocking()
+		if err != nil || b.Waiters != 1 || len(b.Holders) != 1 || b.Holders[0].Key != plain {
+			return fmt.Errorf("blocking %+v, %v", b, err)
+		}
+		return nil
+	})
+	// The plain lock's new holder crashes: the lock expires, the last
+	// waiter takes it.
+	next.Kill()
+	redistest.WaitFor(t, 30*time.Second, "the last waiter holds the plain lock", func() error {
+		if last.AcquiredAt().IsZero() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	redistest.WaitFor(t, 30*time.Second, "no waiter anywhere", func() error {
+		b, err := blocking()
+		if err != nil || b.Waiters != 0 || len(b.Holders) != 0 {
+			return fmt.Errorf("blocking %+v, %v", b, err)
+		}
+		n, err := waitersMetric()
+		if err != nil || n != 0 {
+			return fmt.Errorf("lockscope_waiters = %v, %v", n, err)
+		}
+		for _, key := range []string{plain, fair} {
+			v, err := lockAPI(key)
+			if err != nil || v.Waiters != 0 || len(v.Now) != 0 || !v.Held {
+				return fmt.Errorf("%s: %+v, %v; want held, no waiter", key, v, err)
+			}
+		}
+		return nil
+	})
+	for _, key := range []string{plain, fair} {
+		if body := page("/keys/" + url.PathEscape(key)); !strings.Contains(body, `data-testid="no-waiters"`) {
+			t.Errorf("%s's page still lists waiters", key)
+		}
+	}
+	if body := page("/blocking"); !strings.Contains(body, "Nobody is waiting for a lock now.") {
+		t.Errorf("/blocking still shows waiters")
+	}
+}
+
