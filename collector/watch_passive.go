@@ -146,6 +146,10 @@ func (w *passiveWatcher) isLock(r *reading) bool {
 	if w.c.internalKey(r.key) {
 		return false // the collector's keys and fence counters
 	}
+	i := w.patternOf(r.key)
+	if i >= 0 && w.rules[i].kind == WatchSemaphore {
+		return false // a semaphore's counter: the dashboard reads it
+	}
 	if r.hash {
 		return r.rlkOK // a Redisson lock, or some other hash
 	}
@@ -155,7 +159,6 @@ func (w *passiveWatcher) isLock(r *reading) bool {
 	if lock.ForeignKind(r.value) != "" {
 		return true
 	}
-	i := w.patternOf(r.key)
 	if i < 0 {
 		return false
 	}

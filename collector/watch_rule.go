@@ -2,7 +2,10 @@ package collector
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/lockscope/lockscope/collector/internal/glob"
 )
 
 // Watch rules. A watched key is a lock when its value has the shape of a
@@ -13,11 +16,16 @@ import (
 // entry), not a lock, unless the pattern says what else its keys' locks
 // hold, as "PATTERN=KIND":
 //
-//	ttl   any string value with a TTL too (SETNX key 1 + EXPIRE, a host name)
-//	any   any string value, with or without a TTL
+//	ttl        any string value with a TTL too (SETNX key 1 + EXPIRE, a host name)
+//	any        any string value, with or without a TTL
+//	semaphore  no lock: an integer counter is a Redisson semaphore (RSemaphore,
+//	           RPermitExpirableSemaphore), shown by the dashboard live from
+//	           Redis (SemaphoreMatcher); the watcher takes none of its keys
+//	           for a lock, whatever they hold
 const (
-	WatchTTL = "ttl"
-	WatchAny = "any"
+	WatchTTL       = "ttl"
+	WatchAny       = "any"
+	WatchSemaphore = "semaphore"
 )
 
 // watchRule is one parsed Watch entry.
@@ -37,13 +45,13 @@ func ParseWatch(s string) (pattern, kind string, err error) {
 	}
 	k := s[i+1:]
 	switch {
-	case k == WatchTTL || k == WatchAny:
+	case k == WatchTTL || k == WatchAny || k == WatchSemaphore:
 		if i == 0 {
 			return "", "", fmt.Errorf("watch rule %q has no pattern before =%s", s, k)
 		}
 		return s[:i], k, nil
 	case k == "" || isWord(k):
-		return "", "", fmt.Errorf("watch rule %q: unknown kind %q after '=' (known: %s for any value with a TTL, %s for any value; none: known libraries' tokens only). A pattern with a '=' of its own writes it \\=", s, k, WatchTTL, WatchAny)
+		return "", "", fmt.Errorf("watch rule %q: unknown kind %q after '=' (known: %s for any value with a TTL, %s for any value, %s for Redisson semaphores; none: known libraries' tokens only). A pattern with a '=' of its own writes it \\=", s, k, WatchTTL, WatchAny, WatchSemaphore)
 	}
 	return s, "", nil
 }
@@ -79,4 +87,22 @@ func watchRules(entries []string, noTTL bool) []watchRule {
 		out = append(out, watchRule{pattern: p, kind: k})
 	}
 	return out
+}
+
+// SemaphoreMatcher reports, for the Watch entries, whether a key is a
+// Redisson semaphore's: the first entry whose pattern matches it (as the
+// watcher picks one) has the kind WatchSemaphore. nil when no entry has.
+func SemaphoreMatcher(entries []string) func(key string) bool {
+	rules := watchRules(entries, false)
+	if !slices.ContainsFunc(rules, func(r watchRule) bool { return r.kind == WatchSemaphore }) {
+		return nil
+	}
+	return func(key string) bool {
+		for _, r := range rules {
+			if glob.Match(r.pattern, key) {
+				return r.kind == WatchSemaphore
+			}
+		}
+		return false
+	}
 }

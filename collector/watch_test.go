@@ -373,6 +373,7 @@ func TestParseWatch(t *testing.T) {
 		{"lock:*", "lock:*", "", ""},
 		{"jobs:*=ttl", "jobs:*", "ttl", ""},
 		{"*=any", "*", "any", ""},
+		{"sem:*=semaphore", "sem:*", "semaphore", ""},
 		{"a=b:*", "a=b:*", "", ""},
 		{`lock:a\=b`, `lock:a\=b`, "", ""},
 		{"lock:*=tll", "", "", `unknown kind "tll"`},
@@ -383,5 +384,22 @@ func TestParseWatch(t *testing.T) {
 		if p != tc.pattern || k != tc.kind || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("ParseWatch(%q) = %q, %q, %v; want %q, %q, error containing %q", tc.in, p, k, err, tc.pattern, tc.kind, tc.err)
 		}
+	}
+}
+
+// A key is a semaphore's when the first pattern it matches says so: the
+// watcher's rule, which the dashboard follows too.
+func TestSemaphoreMatcher(t *testing.T) {
+	if m := SemaphoreMatcher([]string{"lock:*", "jobs:*=ttl"}); m != nil {
+		t.Fatal("SemaphoreMatcher without a semaphore rule is not nil")
+	}
+	m := SemaphoreMatcher([]string{"lock:*", "sem:*=semaphore", "*"})
+	for key, want := range map[string]bool{"sem:exports": true, "lock:sem:x": false, "session:1": false, "sem": false} {
+		if got := m(key); got != want {
+			t.Errorf("semaphore(%q) = %v, want %v", key, got, want)
+		}
+	}
+	if m := SemaphoreMatcher([]string{"*", "sem:*=semaphore"}); m("sem:exports") {
+		t.Error("a key matching an earlier pattern without a kind is a semaphore's")
 	}
 }

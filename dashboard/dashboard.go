@@ -66,6 +66,11 @@ type Options struct {
 	// /api/v1/incidents list (the collector's IncidentStore). nil: the
 	// dashboard keeps none.
 	Incidents IncidentLister
+	// Semaphore, if set, reads a key as a Redisson semaphore (nil when it
+	// is none): its key page and /api/v1/locks/{key} show its permits,
+	// live from Redis, though no event names the key. serve sets it for
+	// the keys of its "PATTERN=semaphore" watch rules.
+	Semaphore SemaphoreReader
 }
 
 // server holds what handlers share.

@@ -38,7 +38,8 @@ type keyView struct {
 	Events      []eventRow
 	ReleaseHref string
 	CanRelease  bool
-	Waiters     []waiterRow // callers waiting for the key now
+	Waiters     []waiterRow    // callers waiting for the key now
+	Semaphore   *semaphoreView // a Redisson semaphore, live from Redis
 }
 
 // holderView is a lock's holder as a card shows it.
@@ -95,6 +96,11 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, known := s.q.Lock(key)
+	sem, semErr := s.semaphore(r.Context(), key)
+	if sem != nil || semErr != nil {
+		s.semaphorePage(w, r, key, d, known, sem, semErr)
+		return
+	}
 	if !known && operatorFrom(r.Context()) == "" {
 		s.fail(w, r, false, http.StatusNotFound, "lockscope has seen no event for this key; "+untrackedNote+".")
 		return
@@ -429,7 +435,8 @@ type apiLockDetail struct {
 	SeriesStep    float64          `json:"series_step_seconds"`
 	AcquireSeries []float64        `json:"acquire_series"`
 	Recent        []apiEvent       `json:"recent"`
-	WaitersNow    []apiWaiter      `json:"waiters_now"` // callers waiting for the key now, oldest first
+	WaitersNow    []apiWaiter      `json:"waiters_now"`         // callers waiting for the key now, oldest first
+	Semaphore     *apiSemaphore    `json:"semaphore,omitempty"` // a Redisson semaphore's permits, live from Redis (a "PATTERN=semaphore" watch rule)
 }
 
 type apiDistribution struct {
@@ -513,12 +520,21 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, known := s.q.Lock(key)
-	if !known && operatorFrom(r.Context()) == "" {
+	sem, semErr := s.semaphore(r.Context(), key)
+	isSem := sem != nil || semErr != nil
+	if !known && !isSem && operatorFrom(r.Context()) == "" {
 		writeJSON(w, r, http.StatusNotFound, apiError{Error: "unknown key: no events seen; " + untrackedNote})
 		return
 	}
-	h, hidden, ierr := s.viewerInspect(r, key, known)
-	if !known && h == nil {
+	var h *lock.Holder
+	var hidden bool
+	var ierr error
+	if isSem {
+		ierr = semErr // a semaphore's counter is no lock's value
+	} else {
+		h, hidden, ierr = s.viewerInspect(r, key, known)
+	}
+	if !known && h == nil && !isSem {
 		writeJSON(w, r, http.StatusNotFound, apiError{Error: "unknown key: no events seen and not held in Redis"})
 		return
 	}
@@ -534,6 +550,9 @@ func (s *server) apiLock(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, x := range d.WaitersNow {
 		v.WaitersNow = append(v.WaitersNow, newAPIWaiter(x, now))
+	}
+	if sem != nil {
+		v.Semaphore = newAPISemaphore(sem)
 	}
 	if h != nil {
 		v.Redis = holderJSON(h)

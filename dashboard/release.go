@@ -90,6 +90,10 @@ func (s *server) releaseConfirmPage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, false, http.StatusBadRequest, "bad key in path")
 		return
 	}
+	if s.isSemaphore(r.Context(), key) {
+		s.fail(w, r, false, http.StatusConflict, semaphoreNoRelease)
+		return
+	}
 	s.confirm(w, r, key, releaseRequest{}, "", http.StatusOK)
 }
 
@@ -136,6 +140,10 @@ func (s *server) releasePage(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyFromRequest(r)
 	if !ok {
 		s.fail(w, r, false, http.StatusBadRequest, "bad key in path")
+		return
+	}
+	if s.isSemaphore(r.Context(), key) {
+		s.fail(w, r, false, http.StatusConflict, semaphoreNoRelease)
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
@@ -205,6 +213,10 @@ func (s *server) apiRelease(w http.ResponseWriter, r *http.Request) {
 	key, ok := keyFromRequest(r)
 	if !ok {
 		writeJSON(w, r, http.StatusBadRequest, apiError{Error: "bad key in path"})
+		return
+	}
+	if s.isSemaphore(r.Context(), key) {
+		writeJSON(w, r, http.StatusConflict, apiError{Error: semaphoreNoRelease})
 		return
 	}
 	var req releaseRequest

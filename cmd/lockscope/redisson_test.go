@@ -265,3 +265,114 @@ func TestRedissonWaitersShowWhereOursDo(t *testing.T) {
 	}
 }
 
+// Redisson semaphores under a "PATTERN=semaphore" watch rule: their key
+// page and /api/v1/locks/{key} show them live from Redis, to anyone (a
+// rule names them: no oracle), as what they are: an RSemaphore's permits
+// available, in use not known (null: Redis keeps no total), an expirable
+// semaphore's permits in use each with its id and expiry, the clients
+// waiting on the channel. The watcher takes none of their counters for a
+// lock, nor a counter under a plain pattern for a semaphore; no forced
+// release deletes one.
+func TestRedissonSemaphoresOnTheDashboard(t *testing.T) {
+	t.Parallel()
+	srv := redistest.Start(t, redistest.Options{})
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	const token = "s3cret-token-0123"
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=" + token}, "--watch", "rs:sem:*=semaphore", "--watch", "rs:*")
+	eval := func(script string, keys []string, args ...any) {
+		t.Helper()
+		if err := rdb.Eval(ctx, script, keys, args...).Err(); err != nil && err.Error() != "redis: nil" {
+			t.Fatalf("eval: %v", err)
+		}
+	}
+	const plain, exp = "rs:sem:exports", "rs:sem:uploads"
+	eval(redissontest.SemaphoreTrySetPermits, []string{plain, redisson.SemaphoreChannel(plain)}, 5, "publish")
+	eval(redissontest.SemaphoreTryAcquire, []string{plain}, 2)
+	eval(redissontest.SemaphoreTrySetPermits, []string{exp, redisson.SemaphoreChannel(exp)}, 3, "publish")
+	permit := "\xa1\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\xa1"
+	expires := time.Now().Add(10 * time.Minute).UnixMilli()
+	eval(redissontest.ExpirableTryAcquire, []string{exp, redisson.SemaphoreTimeoutKey(exp), redisson.SemaphoreChannel(exp)},
+		1, expires, time.Now().UnixMilli(), redissontest.ExpirableNoLease, "publish", permit)
+	rdb.Set(ctx, "rs:count", "7", time.Hour) // a counter, no semaphore: under no semaphore rule
+	sub := rdb.Subscribe(ctx, redisson.SemaphoreChannel(plain))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A redsync lock after them: once it is seen, so were their writes.
+	rdb.SetNX(ctx, "rs:lock", "q2c4Z5w0f3f1Yp8Ykz1nCg==", time.Hour)
+	redistest.WaitFor(t, 30*time.Second, "the redsync lock seen", func() error {
+		_, body, err := get(ctx, base+"/api/v1/locks/rs:lock")
+		if err != nil || !strings.Contains(body, `"held":true`) {
+			return fmt.Errorf("%v: %s", err, body)
+		}
+		return nil
+	})
+
+	type semJSON struct {
+		Kind      string `json:"kind"`
+		Available int64  `json:"permits_available"`
+		Used      *int64 `json:"permits_used"`
+		Permits   []struct {
+			ID      string     `json:"id"`
+			Expires *time.Time `json:"expires"`
+		} `json:"permits"`
+		Waiters int64 `json:"waiters"`
+	}
+	lockJSON := func(key string) (int, semJSON, string) {
+		code, body, err := get(ctx, base+"/api/v1/locks/"+url.PathEscape(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Held      bool     `json:"held"`
+			Semaphore *semJSON `json:"semaphore"`
+		}
+		json.Unmarshal([]byte(body), &v)
+		if v.Semaphore == nil {
+			return code, semJSON{}, body
+		}
+		if v.Held {
+			t.Errorf("%s: a semaphore shown held: %s", key, body)
+		}
+		return code, *v.Semaphore, body
+	}
+	code, s, body := lockJSON(plain)
+	if code != 200 || s.Kind != "semaphore" || s.Available != 3 || s.Used != nil || len(s.Permits) != 0 || s.Waiters != 1 {
+		t.Errorf("%s: %d %s; want a semaphore with 3 permits available, in use null, 1 client waiting", plain, code, body)
+	}
+	code, s, body = lockJSON(exp)
+	if code != 200 || s.Kind != "permit-expirable semaphore" || s.Available != 2 || s.Used == nil || *s.Used != 1 || len(s.Permits) != 1 ||
+		s.Permits[0].ID != "a10102030405060708090a0b0c0d0ea1" || s.Permits[0].Expires == nil || s.Permits[0].Expires.UnixMilli() != expires {
+		t.Errorf("%s: %d %s; want 1 permit in use (a1010203…, expiring at %d), 2 available", exp, code, body, expires)
+	}
+	if code, _, body := lockJSON("rs:count"); code != 404 {
+		t.Errorf("rs:count (a counter under a plain pattern) = %d %s; want 404: neither lock nor semaphore", code, body)
+	}
+	page := func(key string) string {
+		code, body, err := get(ctx, base+"/keys/"+url.PathEscape(key))
+		if err != nil || code != 200 {
+			t.Fatalf("GET /keys/%s = %d, %v\n%s", key, code, err, body)
+		}
+		return body
+	}
+	if body := page(plain); !strings.Contains(body, `data-testid="permits-used">not known<`) || !strings.Contains(body, `data-testid="permits-available">3<`) ||
+		!strings.Contains(body, `data-testid="semaphore-waiters">1<`) || strings.Contains(body, "release-link") {
+		t.Errorf("%s's page does not show 3 available, in use not known, 1 waiting (and no release):\n%s", plain, body)
+	}
+	if body := page(exp); !strings.Contains(body, `data-testid="permits-used">1<`) || strings.Count(body, `data-testid="permit-row"`) != 1 || !strings.Contains(body, "a10102030405060708090a0b0c0d0ea1") {
+		t.Errorf("%s's page does not show its permit in use:\n%s", exp, body)
+	}
+	// No forced release deletes a semaphore's counter.
+	if code, body := apiRelease(t, base, plain, "0000000000000000000000000000000000000000", "test", token); code != http.StatusConflict || rdb.Get(ctx, plain).Val() != "3" {
+		t.Errorf("release of a semaphore = %d %s, counter %q; want 409 and the counter 3 untouched", code, body, rdb.Get(ctx, plain).Val())
+	}
+	_, metrics, err := get(ctx, base+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := metricSum(metrics, "lockscope_acquisitions_total"); n != 1 {
+		t.Errorf("lockscope_acquisitions_total = %v, want 1: the redsync lock, no counter", n)
+	}
+}

@@ -45,7 +45,7 @@ type collectorConfig struct {
 func (c *collectorConfig) define(f *flagSet, stuckAfter time.Duration, stuckRules ...state.StuckRule) {
 	f.StuckAfter(&c.stuckAfter, "stuck-after", "LOCKSCOPE_STUCK_AFTER", stuckAfter, stuckRules,
 		"a lock held longer than this counts as stuck; CLASS_GLOB=DURATION entries (repeat the flag, or separate with commas) set the threshold of the lock classes whose name matches, the first matching entry winning, e.g. --stuck-after 5m --stuck-after 'edit:*=2h'")
-	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*: a key is a lock when it holds a known library's token (redis-py, node-redlock, redsync, redislock); PATTERN=ttl also takes any value with a TTL for one, PATTERN=any any value")
+	f.List(&c.watch, "watch", "LOCKSCOPE_WATCH", nil, "key patterns (Redis globs) of other libraries' locks to watch through keyspace notifications, e.g. lock:*: a key is a lock when it holds a known library's token (redis-py, node-redlock, redsync, redislock); PATTERN=ttl also takes any value with a TTL for one, PATTERN=any any value; PATTERN=semaphore says its keys are Redisson semaphores (counters, shown live on their key page), no locks")
 	f.Bool(&c.watchNoTTL, "watch-no-ttl", "LOCKSCOPE_WATCH_NO_TTL", false, "deprecated: the same as =any on every --watch pattern without a kind (a known library's token is a lock without a TTL anyway)")
 	f.List(&c.classes, "class", "LOCKSCOPE_CLASSES", nil, "lock class rules PATTERN[=CLASS] (Redis globs, as --watch), tried in order before the default (numbers, UUIDs and hex ids become *)")
 	f.Int(&c.maxClasses, "max-classes", "LOCKSCOPE_MAX_CLASSES", state.DefaultMaxClasses, "most distinct lock classes in metrics; the rest count as \"other\"")
@@ -238,6 +238,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 		AllowedHosts:       allowedHosts,
 		AuthFailures:       authFailures.Inc,
 		Incidents:          incidents,
+		Semaphore:          semaphoreReader(rdb, cfg.collector.watch),
 		Ping:               func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
 		Metrics:            exposition,
 		Logger:             log,
@@ -291,4 +292,23 @@ func closeEmitter(em *lock.Emitter, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	return em.Close(ctx)
+}
+
+// semaphoreReader reads the keys of the "PATTERN=semaphore" watch rules as
+// Redisson semaphores, for the dashboard; nil when there are none.
+func semaphoreReader(rdb redis.UniversalClient, watch []string) dashboard.SemaphoreReader {
+	match := collector.SemaphoreMatcher(watch)
+	if match == nil {
+		return nil
+	}
+	return func(ctx context.Context, key string) (*redisson.Semaphore, error) {
+		if !match(key) {
+			return nil, nil
+		}
+		s, err := redisson.ReadSemaphore(ctx, rdb, key, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		return &s, nil
+	}
 }
