@@ -90,21 +90,30 @@ func ReadSemaphore(ctx context.Context, rdb redis.UniversalClient, name string, 
 		return Semaphore{}, err
 	}
 	v, err := get.Result()
-	if err != nil {
-		if errors.Is(err, redis.Nil) || errors.As(err, &rerr) {
-			return Semaphore{}, ErrNotSemaphore
-		}
-		return Semaphore{}, err
+	switch {
+	case errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE"):
+		return Semaphore{}, ErrNotSemaphore
+	case err != nil:
+		return Semaphore{}, err // NOPERM: the user may not read it
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return Semaphore{}, ErrNotSemaphore
 	}
+	if err := ttl.Err(); err != nil {
+		return Semaphore{}, err
+	}
+	if err := subs.Err(); err != nil {
+		return Semaphore{}, err
+	}
 	s := Semaphore{Available: n, Waiters: subs.Val()[SemaphoreChannel(name)]}
 	if d := ttl.Val(); d > 0 {
 		s.TTL = d
 	}
-	zs, _ := permits.Result() // another type: no permits known
+	zs, err := permits.Result()
+	if err != nil && !errors.Is(err, redis.Nil) && !redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return Semaphore{}, err
+	}
 	if len(zs) > 0 {
 		s.Expirable, s.UsedKnown = true, true
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/cli"
+	"github.com/lockscope/lockscope/internal/redisson"
+	"github.com/lockscope/lockscope/internal/redisson/redissontest"
 	"github.com/lockscope/lockscope/internal/redistest"
 	"github.com/lockscope/lockscope/internal/syncbuf"
 	"github.com/lockscope/lockscope/lock"
@@ -286,8 +288,8 @@ func TestACLCollector(t *testing.T) {
 	srv := startACLServer(t)
 	admin := srv.Client(t)
 	lines := readACLDoc(t)["lockscope-collector"]
-	if len(lines) != 4 {
-		t.Fatalf("%s has %d lines for lockscope-collector, want 4 (stream, replicas, incidents, passive watch)", aclDoc, len(lines))
+	if len(lines) != 5 {
+		t.Fatalf("%s has %d lines for lockscope-collector, want 5 (stream, replicas, incidents, passive watch, semaphores)", aclDoc, len(lines))
 	}
 	t.Run("replica", func(t *testing.T) {
 		t.Parallel()
@@ -301,6 +303,12 @@ func TestACLCollector(t *testing.T) {
 		// another variant loaded would run without +eval.
 		checkMinimal(t, srv, []aclLine{lines[0], lines[2]}, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, _ time.Duration) error {
 			return incidentsCapability(ctx, admin, user, rdb)
+		})
+	})
+	t.Run("semaphores", func(t *testing.T) {
+		t.Parallel()
+		checkMinimal(t, srv, []aclLine{lines[0], lines[4]}, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, _ time.Duration) error {
+			return semaphoreCapability(ctx, admin, user, rdb)
 		})
 	})
 	stream, watchLines := lines[:1], []aclLine{lines[0], lines[3]}
@@ -635,4 +643,32 @@ func TestACLOperatorRedisson(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// semaphoreCapability: the dashboard reads an expirable Redisson semaphore
+// (written by Java Redisson's scripts, as the administrator) as user: its
+// permits available and in use, and the client waiting on its channel.
+func semaphoreCapability(ctx context.Context, admin *redis.Client, user string, rdb *redis.Client) error {
+	name := "sem:" + user
+	keys := []string{name, redisson.SemaphoreTimeoutKey(name), redisson.SemaphoreChannel(name)}
+	if err := admin.Eval(ctx, redissontest.SemaphoreTrySetPermits, []string{name, redisson.SemaphoreChannel(name)}, 3, "publish").Err(); err != nil {
+		return err
+	}
+	if err := admin.Eval(ctx, redissontest.ExpirableTryAcquire, keys, 1, time.Now().Add(time.Hour).UnixMilli(), time.Now().UnixMilli(),
+		redissontest.ExpirableNoLease, "publish", "\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10").Err(); err != nil {
+		return err
+	}
+	sub := admin.Subscribe(ctx, redisson.SemaphoreChannel(name))
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		return err
+	}
+	s, err := redisson.ReadSemaphore(ctx, rdb, name, time.Now())
+	if err != nil {
+		return fmt.Errorf("ReadSemaphore: %w", err)
+	}
+	if s.Available != 2 || !s.UsedKnown || s.Used != 1 || s.Waiters != 1 {
+		return fmt.Errorf("semaphore = %+v, want 2 available, 1 in use, 1 waiter", s)
+	}
+	return nil
 }
