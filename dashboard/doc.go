@@ -7,7 +7,9 @@
 // without JavaScript). Data comes from a Querier (the aggregation state,
 // collector/state, answers it); forced releases go through a Releaser (a
 // *lock.Client), which deletes a lock only if its value still matches the
-// fingerprint the operator saw.
+// fingerprint the operator saw. A key a watch rule calls a Redisson
+// semaphore is read live through Options.Semaphore (semaphore.go): its
+// key page and JSON show its permits, and no release deletes it.
 //
 // # Files: one per page
 //

@@ -12,8 +12,9 @@ import (
 
 // The Redis round trips pages make, all through a Releaser: who holds a key
 // now (the key page, its JSON, the release confirmation) and the forced
-// release itself, with its audit log. Everything else a page shows comes
-// from the collector's state in memory.
+// release itself, with its audit log; and a Redisson semaphore's permits,
+// through Options.Semaphore (semaphore.go). Everything else a page shows
+// comes from the collector's state in memory.
 
 // Releaser inspects and force-releases locks; *lock.Client implements it.
 type Releaser interface {
