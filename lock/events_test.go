@@ -99,6 +99,60 @@ func TestEventFields(t *testing.T) {
 	}
 }
 
+// TestCycleEventTimes checks the times of an obtain's and a release's
+// events: the acquired event carries the lease's since and a wait that ends
+// within the Obtain call, the released event is stamped within the Release
+// call, and its hold is its time less the acquisition's. Both ways to Redis:
+// a direct send (no deadline) and the flusher (a deadline the client does
+// not enforce).
+func TestCycleEventTimes(t *testing.T) {
+	for _, deadline := range []bool{false, true} {
+		c, _, rec, p := newClient(t, "app/host/1")
+		key := p + "k"
+		ctx := context.Background()
+		if deadline {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+		}
+		t0 := time.Now()
+		l, err := c.Obtain(ctx, key, time.Second, nil)
+		if err != nil {
+			t.Fatalf("Obtain(%q) = %v, want a lease", key, err)
+		}
+		t1 := time.Now()
+		time.Sleep(2 * time.Millisecond) // a hold the clock can see
+		t2 := time.Now()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release = %v", err)
+		}
+		t3 := time.Now()
+
+		rec.mu.Lock()
+		got := append([]event.Event(nil), rec.events...)
+		rec.mu.Unlock()
+		if len(got) != 2 || got[0].Type != event.Acquired || got[1].Type != event.Released {
+			t.Fatalf("deadline %v: events %v, want acquired and released", deadline, got)
+		}
+		acq, rel := got[0], got[1]
+		if acq.TS != l.Since().UnixNano() {
+			t.Errorf("deadline %v: acquired TS = %d, want the lease's since %d", deadline, acq.TS, l.Since().UnixNano())
+		}
+		if max := t1.Sub(t0); acq.Wait <= 0 || acq.Wait > max {
+			t.Errorf("deadline %v: acquired Wait = %v, want in (0, %v], the Obtain call", deadline, acq.Wait, max)
+		}
+		if rel.TS < t2.UnixNano() || rel.TS > t3.UnixNano() {
+			t.Errorf("deadline %v: released TS = %d, want within the Release call [%d, %d]", deadline, rel.TS, t2.UnixNano(), t3.UnixNano())
+		}
+		if want := time.Duration(rel.TS - acq.TS); rel.Hold != want {
+			t.Errorf("deadline %v: released Hold = %v, want its TS less the acquisition's, %v", deadline, rel.Hold, want)
+		}
+		if min, max := t2.Sub(l.Since()), t3.Sub(l.Since()); rel.Hold < min || rel.Hold > max {
+			t.Errorf("deadline %v: released Hold = %v, want in [%v, %v]", deadline, rel.Hold, min, max)
+		}
+	}
+}
+
 // TestNoRecorderNoEvents checks a nil recorder is safe on every path.
 func TestNoRecorderNoEvents(t *testing.T) {
 	_, rdb, _, p := newClient(t, "")
