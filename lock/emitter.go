@@ -33,7 +33,8 @@ type EmitterOptions struct {
 	// at event.MaxBatchEvents-1 (room for a dropped report). Larger entries
 	// cost Redis less per event (a fixed cost per XADD); an XADD holds Redis
 	// longer (about 0.6 ms for 2048 events on a stream still growing, on a
-	// small VM).
+	// small VM). The default StreamSink writes a batch over 256 KiB of
+	// encoding as several entries.
 	BatchSize int
 	// FlushInterval is the longest an event waits in the buffer; 0 means,
 	// and more than 100 ms is capped at, 100 ms.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -52,7 +53,7 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 	stream := redistest.KeyPrefix(t) + "events"
 	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
 	s := NewStreamSink(rdb, stream, 0)
-	// 200 events of ~60 kB: 12 MB, more than one entry may carry.
+	// 200 events of ~60 kB: 12 MB, four to an entry of at most entryBytes.
 	var want []event.Event
 	for i := range 200 {
 		// Every event has a trace id: the second entry's extension must
@@ -65,16 +66,48 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 	}
 	read := redistest.ReadStream(t, rdb, stream)
 	msgs, got := read.Entries, read.Events
-	if len(msgs) != 2 {
-		t.Errorf("12 MB of events made %d entries, want 2", len(msgs))
+	if len(msgs) != 50 {
+		t.Errorf("12 MB of events made %d entries, want 50", len(msgs))
 	}
 	for _, m := range msgs {
-		if b := m.Values[event.FieldBatch].(string); len(b) > event.MaxBatchBytes {
-			t.Errorf("entry %s batch is %d bytes, over event.MaxBatchBytes %d", m.ID, len(b), event.MaxBatchBytes)
+		if b := m.Values[event.FieldBatch].(string); len(b) > entryBytes {
+			t.Errorf("entry %s batch is %d bytes, over entryBytes %d", m.ID, len(b), entryBytes)
 		}
 	}
 	if !cmp.Equal(want, got) {
 		t.Errorf("events read back differ from the %d written (got %d)", len(want), len(got))
+	}
+}
+
+// TestStreamSinkEntryBytes checks the emitter's default batch of 2048
+// events with short keys goes as one entry, and that an event longer than
+// entryBytes goes alone rather than being refused.
+func TestStreamSinkEntryBytes(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	stream := redistest.KeyPrefix(t) + "events"
+	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
+	s := NewStreamSink(rdb, stream, 0)
+	batch := make([]event.Event, defaultBatchSize)
+	for i := range batch {
+		batch[i] = event.Event{Type: event.Acquired, Key: "bench:lockscope-events:unique:" + strconv.Itoa(i%64),
+			Owner: "bench", Lease: "0123456789abcdef", TS: int64(1000 + i), TTL: 10 * time.Second, Attempts: 1}
+	}
+	long := strings.Repeat("x", event.MaxStringLen)
+	huge := event.Event{Type: event.Forced, Key: long, Owner: long, Lease: long, Reason: long, By: long, TS: 5000}
+	want := append(append(batch, huge), batch[0])
+	if err := s.Write(context.Background(), want); err != nil {
+		t.Fatalf("Write = %v", err)
+	}
+	read := redistest.ReadStream(t, rdb, stream)
+	var counts []string
+	for _, m := range read.Entries {
+		counts = append(counts, m.Values[event.FieldCount].(string))
+	}
+	if d := cmp.Diff([]string{strconv.Itoa(defaultBatchSize), "1", "1"}, counts); d != "" {
+		t.Errorf("events per entry (-want +got):\n%s", d)
+	}
+	if !cmp.Equal(want, read.Events) {
+		t.Errorf("events read back differ from the %d written (got %d)", len(want), len(read.Events))
 	}
 }
 

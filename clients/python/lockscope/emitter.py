@@ -39,8 +39,9 @@ recorded == sent + dropped."""
 
 class StreamSink:
     """Writes each batch as packed entries to the lockscope stream (or its
-    partitions) with XADD ... MAXLEN ~ maxlen: one entry per batch unless a
-    decoder's limits require more. Used by the Emitter's thread only."""
+    partitions) with XADD ... MAXLEN ~ maxlen: one entry per batch unless it
+    passes ev.ENTRY_BYTES or a decoder's limits. Used by the Emitter's thread
+    only."""
 
     def __init__(self, client, stream=ev.DEFAULT_STREAM, maxlen=DEFAULT_MAXLEN, partitions=0):
         self.client = client
@@ -52,12 +53,12 @@ class StreamSink:
             return
         n = len(self.streams)
         if n == 1:
-            entries = [(self.streams[0], e) for e in ev.pack_entries(events)]
+            entries = [(self.streams[0], e) for e in ev.pack_entries(events, ev.ENTRY_BYTES)]
         else:
             parts = [[] for _ in range(n)]
             for e in events:
                 parts[ev.partition_of(e.key, n)].append(e)
-            entries = [(self.streams[p], e) for p in range(n) for e in ev.pack_entries(parts[p])]
+            entries = [(self.streams[p], e) for p in range(n) for e in ev.pack_entries(parts[p], ev.ENTRY_BYTES)]
         if len(entries) == 1:
             stream, (count, batch, ext) = entries[0]
             self.client.xadd(stream, ev.packed_fields(count, batch, ext), maxlen=self.maxlen, approximate=True)

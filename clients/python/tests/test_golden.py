@@ -190,6 +190,10 @@ def test_pack_entries_splits_at_the_decoders_limits():
     big = [ev.Event("released", key="x" * 60000, ts=1) for _ in range(150)]  # 9 MB
     entries = ev.pack_entries(big)
     assert [n for n, _, _ in entries] == [139, 11] and all(len(b) <= ev.MAX_BATCH_BYTES for _, b, _ in entries)
+    # The emitter's bound: four of these events to an entry of at most ENTRY_BYTES.
+    entries = ev.pack_entries(big, ev.ENTRY_BYTES)
+    assert [n for n, _, _ in entries] == [4] * 37 + [2] and all(len(b) <= ev.ENTRY_BYTES for _, b, _ in entries)
+    assert [e for n, b, x in entries for e in ev.decode(ev.packed_fields(n, b, x))] == big
 
 
 def test_partitions_match_go():
