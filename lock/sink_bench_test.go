@@ -32,7 +32,7 @@ import (
 func BenchmarkStreamSinkEntrySize(b *testing.B) {
 	ctx := context.Background()
 	for _, regime := range []string{"growing", "trimmed"} {
-		for _, n := range []int{128, 512, 1024, 2048, 4096} {
+		for _, n := range []int{128, 512, 1024, 2048} {
 			b.Run("stream="+regime+"/events="+strconv.Itoa(n), func(b *testing.B) {
 				rdb := redistest.Start(b, redistest.Options{Notify: "none"}).Client(b)
 				maxLen := int64(0)
