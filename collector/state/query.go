@@ -228,6 +228,9 @@ func (a *Aggregator) Locks(q LockQuery) LockPage {
 				return
 			}
 		}
+		if q.Owner != "" && k.owner != q.Owner {
+			return
+		}
 		if q.Search != "" && !strings.Contains(k.key, q.Search) && !strings.Contains(k.owner, q.Search) {
 			return
 		}

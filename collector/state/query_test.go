@@ -29,6 +29,9 @@ func refOrder(infos []LockInfo, q LockQuery, clock time.Time) []string {
 		if q.Class != "" && l.Class != q.Class || q.HeldOnly && !l.Held {
 			continue
 		}
+		if q.Owner != "" && l.Owner != q.Owner {
+			continue
+		}
 		if q.Search != "" && !strings.Contains(l.Key, q.Search) && !strings.Contains(l.Owner, q.Search) {
 			continue
 		}
@@ -164,7 +167,7 @@ func TestLocksMatchesFullSort(t *testing.T) {
 	newest := time.Unix(0, newestTS) // the event clock holds are measured against
 	infos := allInfos(t, a, keys)
 	filters := []LockQuery{{}, {HeldOnly: true}, {Class: "orders:eu:*"}, {Search: "owner-3"}, {Search: "7/"},
-		{Class: "cart:*", HeldOnly: true, Search: "1"}}
+		{Class: "cart:*", HeldOnly: true, Search: "1"}, {Owner: "owner-3", HeldOnly: true}, {Owner: "owner-"}}
 	for _, f := range filters {
 		for _, s := range allSorts {
 			q := f
@@ -210,6 +213,37 @@ func TestLocksEdges(t *testing.T) {
 		p := a.Locks(tc.q)
 		if got := pageKeys(p); p.Total != tc.total || !slices.Equal(got, tc.keys) && len(got)+len(tc.keys) > 0 {
 			t.Errorf("Locks(%+v) = %q of %d, want %q of %d", tc.q, got, p.Total, tc.keys, tc.total)
+		}
+	}
+}
+
+// TestLocksByOwner: Owner matches the owner exactly (no substring, no
+// prefix), and with HeldOnly lists what one owner holds now: not the keys
+// it released, nor those another took from it.
+func TestLocksByOwner(t *testing.T) {
+	a, _ := newTestAggregator(t, Config{})
+	a.Apply([]event.Event{
+		acquired("job:1", "pod-7", "L1", 0, 0, 1, time.Minute),
+		acquired("job:2", "pod-7", "L2", 0, 0, 1, time.Minute),
+		acquired("job:3", "pod-70", "L3", 0, 0, 1, time.Minute),
+		acquired("job:4", "pod-7", "L4", 0, 0, 1, time.Minute),
+		ended(event.Released, "job:4", "pod-7", "L4", time.Second, time.Second, ""),
+		acquired("job:5", "pod-7", "L5", 0, 0, 1, time.Minute),
+		ended(event.Released, "job:5", "pod-7", "L5", time.Second, time.Second, ""),
+		acquired("job:5", "pod-8", "L6", 2*time.Second, 0, 1, time.Minute),
+	})
+	for _, tc := range []struct {
+		q    LockQuery
+		keys []string
+	}{
+		{LockQuery{Owner: "pod-7", HeldOnly: true, Sort: SortKey}, []string{"job:1", "job:2"}},
+		{LockQuery{Owner: "pod-7", Sort: SortKey}, []string{"job:1", "job:2", "job:4"}},
+		{LockQuery{Owner: "pod-70", HeldOnly: true}, []string{"job:3"}},
+		{LockQuery{Owner: "pod-", HeldOnly: true}, nil},
+	} {
+		p := a.Locks(tc.q)
+		if got := pageKeys(p); p.Total != len(tc.keys) || !slices.Equal(got, tc.keys) && len(got)+len(tc.keys) > 0 {
+			t.Errorf("Locks(%+v) = %q of %d, want %q", tc.q, got, p.Total, tc.keys)
 		}
 	}
 }

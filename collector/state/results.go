@@ -152,6 +152,7 @@ const (
 // LockQuery selects a page of tracked keys.
 type LockQuery struct {
 	Search   string    // substring of the key or owner; "" matches all
+	Owner    string    // exact owner of the current (or last) hold; "" matches all (with HeldOnly: every lock one owner holds)
 	Class    string    // exact class; "" matches all
 	HeldOnly bool      // only keys held now
 	State    LockState // only keys in this state; "" matches all
