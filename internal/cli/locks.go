@@ -57,7 +57,7 @@ counters, the stream's checkpoint and replica records) are skipped.`,
 					return err
 				}
 				defer rdb.Close()
-				found, err := listLocks(ctx, rdb, pattern, limit, rc.stream, noTTL)
+				found, err := listLocks(ctx, rdb, pattern, limit, rc.stream, noTTL, "")
 				if err != nil {
 					return err
 				}
@@ -134,9 +134,10 @@ type lockList struct {
 // sorted by key, leaving out lockscope's own keys (fence counters, and the
 // string keys under stream: checkpoint, replica records). Foreign keys without
 // a TTL are listed when their value is a known library's token or noTTL,
-// else counted. Inspections run a few at a time:
-// each is one script call.
-func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int, stream string, noTTL bool) (lockList, error) {
+// else counted. With owner set, only the locks whose holder Redis names
+// owner are listed (and limit counts those). Inspections run a few at a
+// time: each is one script call.
+func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int, stream string, noTTL bool, owner string) (lockList, error) {
 	lc := redisson.NewReleaser(lock.New(rdb, nil), rdb, nil)
 	var (
 		mu        sync.Mutex
@@ -159,6 +160,7 @@ func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, l
 			defer mu.Unlock()
 			switch {
 			case errors.Is(err, lock.ErrNotHeld):
+			case err == nil && owner != "" && h.Owner != owner:
 			case err != nil:
 				if firstErr == nil {
 					firstErr = fmt.Errorf("inspect %s: %w", keytext.Terminal(key, 80), err)

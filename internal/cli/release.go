@@ -18,8 +18,8 @@ import (
 func releaseCommand() *command {
 	return &command{
 		name:  "release",
-		args:  "KEY --reason REASON",
-		short: "force-release a lock, only if it is still held by the holder you saw",
+		args:  "KEY --reason REASON | --owner NAME [PATTERN] --reason REASON",
+		short: "force-release a lock, or every lock of one owner, only if still held by the holder you saw",
 		long: `Release force-releases a stuck lock: release what you saw. It shows the current
 holder and the fingerprint of its value, asks for confirmation on stdin (unless
 --yes), then deletes the key in one Lua script only if its value still has that
@@ -30,21 +30,40 @@ constant value ("1") cannot tell its holder from a successor: its expiry,
 part of the fingerprint, does; without an expiry the release is refused
 unless --any-holder. The release is written
 to the event stream (who, when, reason) so the collector counts it; the holder
-sees the loss at its next renewal.`,
+sees the loss at its next renewal.
+
+With --owner NAME instead of KEY it releases every lock NAME holds (a pod
+that died holding 40 locks) among the keys matching PATTERN, a Redis glob
+(default "*"; an operator user limited to a prefix gives the prefix): it
+scans Redis as 'lockscope locks' does and lists each lock whose value
+names NAME as its holder (lockscope's values name
+their owner; another library's token is named as 'lockscope locks' shows it,
+"redsync 3f2a9c1b"), asks once for all of them, then releases each only if
+its value is still the one listed, and prints one line per key: released,
+skipped: holder changed, skipped: already free, or error, then a summary.
+Exit status: 0 when every listed lock was released or was already free, 3
+when none failed but some changed hands (left to their new holder), 1 when
+any release failed or NAME holds nothing.`,
 		define: func(f *flagSet) func(context.Context, *Env, []string) error {
-			f.minArgs, f.maxArgs = 1, 1
+			f.minArgs, f.maxArgs = 0, 1
 			var rc redisConfig
 			rc.defineConn(f)
 			rc.defineStream(f, "Redis stream the forced-release event is written to")
-			var reason, fingerprint, by string
+			var reason, fingerprint, by, owner string
 			var yes, anyHolder bool
 			f.String(&reason, "reason", "", "", "why the lock is released (required; recorded with the event)")
+			f.String(&owner, "owner", "", "", "release every lock this owner holds (instead of KEY)")
 			f.Bool(&anyHolder, "any-holder", "LOCKSCOPE_RELEASE_ANY_HOLDER", false, "for a constant value without expiry (which cannot tell its holder from a successor): release whoever holds it")
 			f.String(&fingerprint, "fingerprint", "", "", "release only if the holder's fingerprint is this one")
 			f.String(&by, "operator-user", "LOCKSCOPE_OPERATOR_USER", "", "who releases, recorded with the event (default $USER)")
 			f.Bool(&yes, "yes", "LOCKSCOPE_ASSUME_YES", false, "do not ask for confirmation")
 			return func(ctx context.Context, env *Env, args []string) error {
-				key := args[0]
+				switch {
+				case owner != "" && fingerprint != "":
+					return usageErrorf(f.cmd, "--fingerprint names one holder: it does not go with --owner")
+				case owner == "" && len(args) == 0:
+					return usageErrorf(f.cmd, "missing argument: usage: lockscope %s %s", f.cmd.name, f.cmd.args)
+				}
 				if strings.TrimSpace(reason) == "" {
 					return usageErrorf(f.cmd, "--reason is required: say why the lock is force-released")
 				}
@@ -59,7 +78,14 @@ sees the loss at its next renewal.`,
 					return err
 				}
 				defer rdb.Close()
-				return release(ctx, env, rdb, rc.stream, rc.partitions, key, fingerprint, by, reason, yes, anyHolder)
+				if owner != "" {
+					pattern := "*"
+					if len(args) == 1 {
+						pattern = args[0]
+					}
+					return releaseOwner(ctx, env, rdb, rc.stream, rc.partitions, owner, pattern, by, reason, yes, anyHolder)
+				}
+				return release(ctx, env, rdb, rc.stream, rc.partitions, args[0], fingerprint, by, reason, yes, anyHolder)
 			}
 		},
 	}
@@ -97,15 +123,9 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 		fingerprint += "@any"
 	}
 	if !yes {
-		fmt.Fprintf(env.Stdout, "Force-release %s? Its holder loses the lock at its next renewal. Type 'yes' to confirm: ", keytext.Terminal(key, 200))
-		line, err := bufio.NewReader(env.Stdin).ReadString('\n')
-		answer := strings.ToLower(strings.TrimSpace(line))
-		if err != nil && answer == "" {
-			fmt.Fprintln(env.Stdout)
-			return errors.New("not confirmed: no answer on stdin (use --yes to skip the confirmation)")
-		}
-		if answer != "yes" {
-			return errors.New("not confirmed; nothing was released")
+		prompt := fmt.Sprintf("Force-release %s? Its holder loses the lock at its next renewal.", keytext.Terminal(key, 200))
+		if err := confirmed(env, prompt); err != nil {
+			return err
 		}
 	}
 	released, err := lc.ForceRelease(ctx, key, fingerprint, by, reason)
@@ -124,6 +144,24 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 	}
 	fmt.Fprintf(env.Stdout, "released %s (held by %s for %s), recorded as forced by %s: %s\n",
 		keytext.Terminal(key, 200), keytext.Terminal(released.Owner, 100), formatHeld(released, now), by, reason)
+	return nil
+}
+
+// confirmed asks the question on stdout and reads the answer from stdin:
+// nil for "yes", else why nothing happens. A stdin that ends without an
+// answer (a pipe, /dev/null, a CI job) is a refusal: a release needs a
+// "yes" typed or piped on purpose, or --yes.
+func confirmed(env *Env, question string) error {
+	fmt.Fprintf(env.Stdout, "%s Type 'yes' to confirm: ", question)
+	line, err := bufio.NewReader(env.Stdin).ReadString('\n')
+	answer := strings.ToLower(strings.TrimSpace(line))
+	if err != nil && answer == "" {
+		fmt.Fprintln(env.Stdout)
+		return errors.New("not confirmed: no answer on stdin (use --yes to skip the confirmation)")
+	}
+	if answer != "yes" {
+		return errors.New("not confirmed; nothing was released")
+	}
 	return nil
 }
 

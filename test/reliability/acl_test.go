@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -580,13 +582,34 @@ func TestACLOperator(t *testing.T) {
 		if n := admin.Exists(ctx, key).Val(); n != 0 {
 			return fmt.Errorf("%q still exists after lockscope release", key)
 		}
-		evs := redistest.ReadStream(t, admin, event.DefaultStream).Events
-		for _, e := range evs {
-			if e.Type == event.Forced && e.Key == key && e.By == "op" && e.Reason == "acl test" && e.Owner == "app-1" {
-				return nil
+		// Every lock of one owner, the prefix as the pattern.
+		dead := "app-2/" + user
+		var keys []string
+		for _, k := range []string{"app:op2:" + user + ":a", "app:op2:" + user + ":b"} {
+			l, err := lock.New(admin, &lock.Options{Owner: dead}).Obtain(ctx, k, time.Minute, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Release(ctx)
+			keys = append(keys, k)
+		}
+		out.Reset()
+		if err := cli.Run(ctx, []string{"release", "--owner", dead, "app:*", "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}, env); err != nil {
+			return fmt.Errorf("lockscope release --owner: %v", err)
+		}
+		if n := admin.Exists(ctx, keys...).Val(); n != 0 {
+			return fmt.Errorf("%d of %q still exist after lockscope release --owner: %s", n, keys, out.String())
+		}
+		want := map[string]bool{key: true, keys[0]: true, keys[1]: true}
+		for _, e := range redistest.ReadStream(t, admin, event.DefaultStream).Events {
+			if e.Type == event.Forced && e.By == "op" && e.Reason == "acl test" && (e.Key == key && e.Owner == "app-1" || e.Key != key && e.Owner == dead) {
+				delete(want, e.Key)
 			}
 		}
-		return fmt.Errorf("the forced release of %q is not in the stream (stderr: %s)", key, strings.TrimSpace(errOut.String()))
+		if len(want) > 0 {
+			return fmt.Errorf("the forced releases of %q are not in the stream (stderr: %s)", slices.Sorted(maps.Keys(want)), strings.TrimSpace(errOut.String()))
+		}
+		return nil
 	})
 }
 
