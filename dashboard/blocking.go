@@ -25,6 +25,7 @@ type blockingRow struct {
 	Key           keyCell
 	Class         string
 	Owner, OwnerT string
+	OwnerHref     string
 	HeldFor       string
 	Waiters       string
 	WaitSeconds   string
@@ -59,6 +60,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting,
 			HeldFor: "not seen yet", Trace: s.traceRef(h.Trace)}
 		row.Owner, row.OwnerT = ownerText(h.Owner)
+		row.OwnerHref = ownerPath(h.Owner)
 		if !h.Since.IsZero() {
 			row.HeldFor = heldFor(now.Sub(h.Since))
 		}

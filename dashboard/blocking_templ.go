@@ -96,7 +96,7 @@ func blockingPage(v blockingView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerSpan(h.Owner, h.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerLink(h.Owner, h.OwnerT, h.OwnerHref).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

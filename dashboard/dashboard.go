@@ -169,6 +169,8 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/keys/{key}", read(s.keyPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/blocking", read(s.blockingPage)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/incidents", read(s.incidentsPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/owners/{owner}", read(s.ownerPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/owners/{owner}/release", s.operator(s.ownerReleasePage, false)).Methods(http.MethodPost)
 	// GET shows the confirmation (operators only), POST releases.
 	r.Handle("/keys/{key}/release", s.operator(s.releaseConfirmPage, false)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys/{key}/release", s.operator(s.releasePage, false)).Methods(http.MethodPost)
@@ -180,6 +182,7 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/api/v1/locks/{key}/release", s.operator(s.apiRelease, true)).Methods(http.MethodPost)
 	r.Handle("/api/v1/blocking", s.apiReader(s.apiBlocking)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/incidents", s.apiReader(s.apiIncidentsList)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/owners/{owner}", s.apiReader(s.apiOwnerLocks)).Methods(http.MethodGet, http.MethodHead)
 	return r
 }
 

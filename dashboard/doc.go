@@ -24,6 +24,8 @@
 //	key.templ, key.go             GET /keys/{key} GET /api/v1/locks/{key}
 //	blocking.templ, blocking.go   GET /blocking   GET /api/v1/blocking
 //	release.templ, release.go     GET, POST /keys/{key}/release, POST /api/v1/locks/{key}/release
+//	incidents.templ, incidents.go GET /incidents  GET /api/v1/incidents
+//	owner.templ, owner.go         GET /owners/{owner}, POST /owners/{owner}/release, GET /api/v1/owners/{owner}
 //
 // A new page follows the same pattern: its .templ and .go side by side, its
 // routes added in routes (dashboard.go). What pages share stands apart:

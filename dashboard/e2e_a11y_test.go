@@ -71,8 +71,9 @@ func everyState(t *testing.T, f *fixture) (pages, operatorPages []string) {
 	held := f.pfx + "orders:7731"
 	l := f.obtain(t, held, "billing-worker/ip-10-0-3-17/4242", time.Minute, false)
 	t.Cleanup(func() { l.Release(context.Background()) })
-	pages = []string{"/", "/keys", "/keys?state=held&sort=key", keyPath(stuck), keyPath(x), keyPath(held), "/blocking", "/incidents", "/no-such-page"}
-	operatorPages = []string{"/", keyPath(held), keyPath(held) + "/release"}
+	pages = []string{"/", "/keys", "/keys?state=held&sort=key", keyPath(stuck), keyPath(x), keyPath(held), "/blocking", "/incidents",
+		ownerPath("billing-worker/ip-10-0-3-17/4242"), "/no-such-page"}
+	operatorPages = []string{"/", keyPath(held), keyPath(held) + "/release", ownerPath("billing-worker/ip-10-0-3-17/4242")}
 	return pages, operatorPages
 }
 

@@ -51,7 +51,7 @@ type incidentRow struct {
 	DangerPil bool   // a kind that needs a look: deadlock, lease_lost, holder_expired
 }
 
-type ownerCell struct{ Short, Full string }
+type ownerCell struct{ Short, Full, Href string }
 
 // incidentsPage is GET /incidents.
 func (s *server) incidentsPage(w http.ResponseWriter, r *http.Request) {
@@ -87,7 +87,7 @@ func newIncidentRow(in state.Incident, now time.Time) incidentRow {
 	}
 	for _, o := range in.Owners {
 		short, full := ownerText(o)
-		row.Owners = append(row.Owners, ownerCell{short, full})
+		row.Owners = append(row.Owners, ownerCell{Short: short, Full: full, Href: ownerPath(o)})
 	}
 	if in.Open() {
 		row.Duration = fmtDuration(max(now.Sub(in.Start), 0).Truncate(time.Second)) + " so far"

@@ -46,6 +46,7 @@ type keyView struct {
 type holderView struct {
 	Owner       string
 	OwnerT      string
+	OwnerHref   string // the owner's page; "" for a foreign holder read from Redis (named by its value, not by its owner)
 	Lease       string
 	Since       string
 	SinceAgo    string
@@ -268,6 +269,9 @@ func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 		StuckAfter: stuckThreshold(l),
 	}
 	h.Owner, h.OwnerT = ownerText(l.Owner)
+	if l.Held {
+		h.OwnerHref = ownerPath(l.Owner)
+	}
 	if !l.Since.IsZero() {
 		h.Since = fmtAbs(l.Since)
 		h.SinceAgo = fmtAgo(now, l.Since)
@@ -321,6 +325,9 @@ func holderFromLock(h *lock.Holder, now time.Time) *holderView {
 		Degraded:    h.Degraded,
 	}
 	v.OwnerT, v.Owner = ownerText(h.Owner)
+	if !h.Foreign {
+		v.OwnerHref = ownerPath(h.Owner)
+	}
 	if !h.Since.IsZero() {
 		v.Since = fmtAbs(h.Since)
 		v.SinceAgo = fmtAgo(now, h.Since)

@@ -47,6 +47,7 @@ type lockRow struct {
 	NoExpiry     bool
 	Owner        string
 	OwnerT       string
+	OwnerHref    string
 	HeldFor      string
 	Waiters      string
 	Acquisitions string
@@ -156,6 +157,7 @@ func (s *server) keysView(r *http.Request, lq state.LockQuery, pageN int) keysVi
 		}
 		if l.Held {
 			row.Owner, row.OwnerT = ownerText(l.Owner)
+			row.OwnerHref = ownerPath(l.Owner)
 			if !l.Since.IsZero() {
 				row.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
 			}

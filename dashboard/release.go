@@ -73,11 +73,18 @@ func (q *releaseRequest) validate() error {
 		return errors.New("fingerprint is required: release what you saw")
 	case !fingerprintRE.MatchString(q.Fingerprint):
 		return errors.New("fingerprint must be the fingerprint shown with the holder (hex, with its @expiry if it has one)")
-	case q.Reason == "":
+	}
+	return validReason(q.Reason)
+}
+
+// validReason checks a forced release's reason (trimmed).
+func validReason(reason string) error {
+	switch {
+	case reason == "":
 		return errors.New("a reason is required")
-	case len(q.Reason) > MaxReason:
+	case len(reason) > MaxReason:
 		return errors.New("the reason is longer than " + strconv.Itoa(MaxReason) + " bytes")
-	case !utf8.ValidString(q.Reason):
+	case !utf8.ValidString(reason):
 		return errors.New("the reason must be UTF-8 text")
 	}
 	return nil
