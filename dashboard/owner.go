@@ -158,7 +158,7 @@ func (s *server) ownerView(r *http.Request, owner string) ownerView {
 			case !h.Foreign && h.Owner != owner:
 				short, _ := ownerText(h.Owner)
 				row.State, row.Note = "changed", "held by "+short+" now"
-			case h.Ambiguous && !strings.Contains(h.Fingerprint, "@"):
+			case h.NeedsAnyHolder():
 				row.State, row.Note = "ambiguous", "a constant value without expiry: release it on its own page"
 			default:
 				row.Fingerprint = h.Fingerprint
@@ -210,9 +210,12 @@ func (s *server) ownerReleasePage(w http.ResponseWriter, r *http.Request) {
 	var targets []target
 	var formErr string
 	for _, f := range r.PostForm["lock"] {
+		var key string
 		m := ownerFieldRE.FindStringSubmatch(f)
-		key, err := url.PathUnescape(m2(m))
-		if m == nil || err != nil || key == "" {
+		if m != nil {
+			key, _ = url.PathUnescape(m[2]) // "" when it does not unescape
+		}
+		if key == "" {
 			formErr = "the form's list of locks is damaged: reload the page"
 			break
 		}
@@ -287,14 +290,6 @@ func shortFingerprint(fp string) string {
 		return fp
 	}
 	return fp[:12] + "…"
-}
-
-// m2 is a match's second group, "" without a match.
-func m2(m []string) string {
-	if m == nil {
-		return ""
-	}
-	return m[2]
 }
 
 // apiOwnerLock is one lock in GET /api/v1/owners/{owner}.

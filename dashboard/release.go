@@ -132,7 +132,7 @@ func (s *server) confirm(w http.ResponseWriter, r *http.Request, key string, req
 		Holder:      *hv,
 		Fingerprint: h.Fingerprint,
 		Ambiguous:   h.Ambiguous,
-		NeedAccept:  h.Ambiguous && !strings.Contains(h.Fingerprint, "@"),
+		NeedAccept:  h.NeedsAnyHolder(),
 		Action:      releasePath(key),
 		Reason:      req.Reason,
 		Error:       formErr,

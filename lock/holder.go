@@ -36,6 +36,13 @@ type Holder struct {
 	ExpireAt int64
 }
 
+// NeedsAnyHolder reports whether ForceRelease can release h only when told
+// to release whoever holds the key (Fingerprint+"@any"): an ambiguous value
+// without an expiry in its fingerprint to tell h from a successor.
+func (h *Holder) NeedsAnyHolder() bool {
+	return h.Ambiguous && !strings.Contains(h.Fingerprint, "@")
+}
+
 // newHolder builds a Holder from a raw value, its PTTL in milliseconds and
 // its PEXPIRETIME (0: unknown).
 func newHolder(key, value string, pttl, expireAt int64) *Holder {

@@ -115,7 +115,7 @@ func releaseOwner(ctx context.Context, env *Env, rdb redis.UniversalClient, stre
 func releaseListed(ctx context.Context, lc *redisson.Releaser, h *lock.Holder, by, reason string, anyHolder bool) (ownerOutcome, string) {
 	key := keytext.Terminal(h.Key, 200)
 	fp := h.Fingerprint
-	if h.Ambiguous && !strings.Contains(fp, "@") {
+	if h.NeedsAnyHolder() {
 		if !anyHolder {
 			return outAmbiguous, "skipped: " + key + ": a constant value without expiry cannot be told from a successor's (release it by key with --any-holder)"
 		}
