@@ -9,7 +9,7 @@ import (
 )
 
 // This file watches the stream from the outside: consumer lag, pending
-// entries, and entries trimmed (MAXLEN) before the group read them.
+// entries, and entries trimmed (the emitters trim by age or length) before the group read them.
 //
 // Gap detection rests on counters Redis 7.0+ keeps. entries-added (A) counts
 // every entry ever added to the stream, length (N) those still in it, and the
@@ -68,7 +68,7 @@ func (c *Feeder) inspect(ctx context.Context) (*streamInfo, map[string]groupInfo
 	missing, lag := c.gaps.update(c.groupGen.Load(), si, g)
 	if missing > 0 {
 		c.agg.StreamGap(missing)
-		c.log.Warn("stream trimmed past entries the group had not read: events lost (raise the emitters' MAXLEN or add collector capacity)",
+		c.log.Warn("stream trimmed past entries the group had not read: events lost (keep more: the emitters' MaxAge, 15 minutes by default; or add collector capacity)",
 			"missing", missing, "last_delivered", g.lastDelivered, "first_entry", si.firstID)
 	}
 	c.agg.SetStreamStats(lag, g.pending)

@@ -166,7 +166,7 @@ func (c *Feeder) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
 	}
 	if missing := si.entriesAdded - si.length - g.entriesRead; missing > 0 {
 		c.agg.StreamGap(missing)
-		c.log.Warn("stream trimmed past entries the group had not read: events lost (raise the emitters' MAXLEN or add collector capacity)",
+		c.log.Warn("stream trimmed past entries the group had not read: events lost (keep more: the emitters' MaxAge, 15 minutes by default; or add collector capacity)",
 			"missing", missing, "last_delivered", g.lastDelivered, "first_entry", si.firstID)
 	}
 }

@@ -5,7 +5,9 @@ import (
 	_ "embed"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -21,9 +23,13 @@ var passiveWriteScript = redis.NewScript(passiveWriteLua)
 // one goroutine appends them to the stream in packed entries, in order, each
 // with the script above, so that only the lease's current holder writes.
 const (
-	passiveMaxLen   = 1_000_000 // MAXLEN ~ of the stream, as the library's emitter trims it
-	passiveBatch    = 512       // events per entry
-	passiveBuffered = 100_000   // events kept while Redis does not answer; the next rescan catches up on the rest
+	// passiveMaxAge trims the stream by age (MINID ~, on the stream's own
+	// clock) as the watcher writes: a bound for a stream only the watcher
+	// writes to, four times the emitters' default (15 minutes), so that it
+	// does not trim what they keep unless they were told to keep more.
+	passiveMaxAge   = time.Hour
+	passiveBatch    = 512     // events per entry
+	passiveBuffered = 100_000 // events kept while Redis does not answer; the next rescan catches up on the rest
 	finalFlush      = time.Second
 )
 
@@ -43,6 +49,7 @@ type passiveWriter struct {
 	wake     chan struct{}
 	failing  string
 	failedAt time.Time
+	newest   atomic.Int64 // ms time of the newest entry ID written
 }
 
 func newPassiveWriter(c *Feeder, fence int64, resign context.CancelFunc) *passiveWriter {
@@ -140,17 +147,29 @@ func (p *passiveWriter) flush(ctx context.Context) error {
 
 // write appends evs as one packed entry (none: only raises the fence).
 func (p *passiveWriter) write(ctx context.Context, evs []event.Event) error {
-	args := []any{p.fence, passiveMaxLen}
+	minID := int64(0)
+	if t := p.newest.Load(); t > passiveMaxAge.Milliseconds() {
+		minID = t - passiveMaxAge.Milliseconds()
+	}
+	args := []any{p.fence, minID}
 	if len(evs) > 0 {
 		batch, ext := event.PackAll(evs)
 		args = append(args, event.PackedEntry(len(evs), batch, ext)...)
 	}
-	n, err := passiveWriteScript.Run(ctx, p.c.rdb, p.keys, args...).Int()
-	switch {
-	case err != nil:
+	res, err := passiveWriteScript.Run(ctx, p.c.rdb, p.keys, args...).Result()
+	if err != nil {
 		return err
-	case n < 0:
-		return errFenced
+	}
+	switch r := res.(type) {
+	case int64:
+		if r < 0 {
+			return errFenced
+		}
+	case string: // the new entry's ID
+		ms, _, _ := strings.Cut(r, "-")
+		if t, err := strconv.ParseInt(ms, 10, 64); err == nil && t > p.newest.Load() {
+			p.newest.Store(t)
+		}
 	}
 	return nil
 }

@@ -24,9 +24,19 @@ type EmitterOptions struct {
 	// 0 or 1 means the one stream Stream. Collectors must read the same
 	// number of partitions. Ignored when Sink is set.
 	Partitions int
-	// MaxLen trims the stream with XADD MAXLEN ~ MaxLen (entries, and an
-	// entry holds a whole batch); 0 means 1_000_000, negative means never
-	// trim. Ignored when Sink is set.
+	// MaxAge trims the stream to the entries at most this much older than
+	// the newest (XADD MINID ~, on the stream's own clock: the times in the
+	// IDs Redis gives entries); 0 means 15 minutes. What it keeps is what a
+	// collector that stopped can still read when it comes back, and what
+	// Redis's memory holds: some 75 bytes per event (30-byte keys), so
+	// 1 000 events/s keep about 70 MB. Ignored when MaxLen is set or Sink
+	// is set.
+	MaxAge time.Duration
+	// MaxLen, if positive, trims the stream to about MaxLen entries instead
+	// (XADD MAXLEN ~; an entry holds a whole batch, up to BatchSize events,
+	// and each emitter writes at least one every FlushInterval it records
+	// anything, so what MaxLen keeps depends on the rate and on how many
+	// processes write). Negative means never trim. Ignored when Sink is set.
 	MaxLen int64
 	// BatchSize flushes as soon as this many events are buffered, and is the
 	// most events one write carries; 0 means 2048. Capped at BufferSize and
@@ -117,7 +127,12 @@ type flushRequest struct {
 var _ Recorder = (*Emitter)(nil)
 
 const (
-	defaultMaxLen       = 1_000_000
+	// defaultMaxAge: three times the collector's default backfill (5 min),
+	// so a collector restarted, rescheduled or upgraded reads what it
+	// missed; the stream trims, which bounds Redis's memory and keeps
+	// Redis in its cheaper regime per event (docs/events.md, issue 28).
+	// Before, 1 000 000 entries: with 2048-event entries some 150 GB.
+	defaultMaxAge       = 15 * time.Minute
 	maxFlushInterval    = 100 * time.Millisecond
 	defaultBufferSize   = 16384
 	defaultWriteTimeout = time.Second
@@ -147,16 +162,19 @@ func NewEmitter(rdb redis.UniversalClient, opt *EmitterOptions) *Emitter {
 		if rdb == nil {
 			panic("lock: NewEmitter needs a Redis client or EmitterOptions.Sink")
 		}
+		var trim StreamTrim
 		switch {
+		case o.MaxLen > 0:
+			trim.MaxLen = o.MaxLen
+		case o.MaxLen == 0 && o.MaxAge > 0:
+			trim.MaxAge = o.MaxAge
 		case o.MaxLen == 0:
-			o.MaxLen = defaultMaxLen
-		case o.MaxLen < 0:
-			o.MaxLen = 0
+			trim.MaxAge = defaultMaxAge
 		}
 		if o.Partitions > 1 {
-			o.Sink = NewPartitionedStreamSink(rdb, o.Stream, o.Partitions, o.MaxLen)
+			o.Sink = NewPartitionedStreamSinkTrim(rdb, o.Stream, o.Partitions, trim)
 		} else {
-			o.Sink = NewStreamSink(rdb, o.Stream, o.MaxLen)
+			o.Sink = NewStreamSinkTrim(rdb, o.Stream, trim)
 		}
 	}
 	if o.BufferSize <= 0 {

@@ -3,7 +3,11 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -18,25 +22,47 @@ type Sink interface {
 	Write(ctx context.Context, events []event.Event) error
 }
 
+// StreamTrim is how a sink trims the stream as it writes: to about MaxLen
+// entries (XADD ... MAXLEN ~), or else to the entries at most MaxAge older
+// than the newest one (XADD ... MINID ~). MaxAge is measured on the
+// stream's own clock, the times in the IDs Redis gives the entries (the
+// newest this sink has written), so no client's clock can trim what another
+// client wrote a moment ago. The zero value never trims. "~" lets Redis trim
+// only whole internal nodes (100 entries by default), which is cheap; so a
+// stream keeps a little more than asked.
+type StreamTrim struct {
+	MaxLen int64
+	MaxAge time.Duration
+}
+
 // StreamSink writes each batch as one packed entry (see docs/events.md) to a
-// Redis stream with XADD ... MAXLEN ~ n. It is safe for concurrent use.
+// Redis stream, trimmed as its StreamTrim says. It is safe for concurrent
+// use.
 type StreamSink struct {
 	rdb    redis.UniversalClient
 	stream string
-	maxLen int64
-	bufs   sync.Pool // *packBuf, reused only after a write succeeded
+	trim   StreamTrim
+	newest atomic.Int64 // ms time of the newest entry ID written, for MaxAge
+	bufs   sync.Pool    // *packBuf, reused only after a write succeeded
 }
 
 var _ Sink = (*StreamSink)(nil)
 
 // NewStreamSink returns a sink writing to stream ("" means
 // event.DefaultStream), trimmed to about maxLen entries (0 or less: never
-// trimmed). Note that maxLen counts entries, and one entry holds a batch.
+// trimmed). Note that maxLen counts entries, and one entry holds a batch of
+// up to thousands of events: NewStreamSinkTrim can trim by age instead.
 func NewStreamSink(rdb redis.UniversalClient, stream string, maxLen int64) *StreamSink {
+	return NewStreamSinkTrim(rdb, stream, StreamTrim{MaxLen: maxLen})
+}
+
+// NewStreamSinkTrim returns a sink writing to stream ("" means
+// event.DefaultStream), trimmed as trim says.
+func NewStreamSinkTrim(rdb redis.UniversalClient, stream string, trim StreamTrim) *StreamSink {
 	if stream == "" {
 		stream = event.DefaultStream
 	}
-	return &StreamSink{rdb: rdb, stream: stream, maxLen: maxLen}
+	return &StreamSink{rdb: rdb, stream: stream, trim: trim}
 }
 
 // Stream returns the stream key the sink writes to.
@@ -65,20 +91,43 @@ func (s *StreamSink) Write(ctx context.Context, events []event.Event) error {
 }
 
 func (s *StreamSink) xadd(ctx context.Context, n int, batch, ext []byte) error {
-	err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.maxLen, n, batch, ext)).Err()
+	id, err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.trim, s.newest.Load(), n, batch, ext)).Result()
 	if err != nil {
 		return fmt.Errorf("lock: XADD %d events to %q: %w", n, s.stream, err)
+	}
+	if ms := idTime(id); ms > s.newest.Load() {
+		s.newest.Store(ms) // a concurrent Write may store an older one: it only trims a little less
 	}
 	return nil
 }
 
-func xaddArgs(stream string, maxLen int64, n int, batch, ext []byte) *redis.XAddArgs {
-	return &redis.XAddArgs{
+// xaddArgs is the XADD of one packed entry to stream, trimmed as trim says;
+// newest is the ms time of the newest entry ID written to the stream so far
+// (0: none yet, and nothing is trimmed by age).
+func xaddArgs(stream string, trim StreamTrim, newest int64, n int, batch, ext []byte) *redis.XAddArgs {
+	a := &redis.XAddArgs{
 		Stream: stream,
-		MaxLen: maxLen,
 		Approx: true,
 		Values: event.PackedEntry(n, batch, ext),
 	}
+	switch {
+	case trim.MaxLen > 0:
+		a.MaxLen = trim.MaxLen
+	case trim.MaxAge > 0 && newest > trim.MaxAge.Milliseconds():
+		a.MinID = strconv.FormatInt(newest-trim.MaxAge.Milliseconds(), 10)
+	}
+	return a
+}
+
+// idTime is the ms time of a stream entry ID ("1700000000000-0"), 0 if id
+// is not one.
+func idTime(id string) int64 {
+	ms, _, _ := strings.Cut(id, "-")
+	t, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || t < 0 {
+		return 0
+	}
+	return t
 }
 
 // packBuf holds packed entries: one buffer of batches and one of their

@@ -20,7 +20,8 @@ import (
 type PartitionedStreamSink struct {
 	rdb     redis.UniversalClient
 	streams []string
-	maxLen  int64
+	trim    StreamTrim
+	newest  []int64 // per partition: ms time of the newest entry ID written
 
 	mu    sync.Mutex // one Write at a time: the buffers below are reused
 	parts [][]event.Event
@@ -34,8 +35,15 @@ var _ Sink = (*PartitionedStreamSink)(nil)
 // ("" means event.DefaultStream), each trimmed to about maxLen entries (0
 // or less: never trimmed). n <= 1 writes to stream itself, like StreamSink.
 func NewPartitionedStreamSink(rdb redis.UniversalClient, stream string, n int, maxLen int64) *PartitionedStreamSink {
+	return NewPartitionedStreamSinkTrim(rdb, stream, n, StreamTrim{MaxLen: maxLen})
+}
+
+// NewPartitionedStreamSinkTrim returns a sink writing to n partitions of
+// stream ("" means event.DefaultStream), each trimmed as trim says (by
+// age: on each partition's own clock, which on a Cluster is its master's).
+func NewPartitionedStreamSinkTrim(rdb redis.UniversalClient, stream string, n int, trim StreamTrim) *PartitionedStreamSink {
 	streams := event.Streams(stream, n)
-	return &PartitionedStreamSink{rdb: rdb, streams: streams, maxLen: maxLen, parts: make([][]event.Event, len(streams))}
+	return &PartitionedStreamSink{rdb: rdb, streams: streams, trim: trim, newest: make([]int64, len(streams)), parts: make([][]event.Event, len(streams))}
 }
 
 // Streams returns the partition stream keys, in partition order.
@@ -70,10 +78,19 @@ func (s *PartitionedStreamSink) Write(ctx context.Context, events []event.Event)
 	for p, end := range s.ends {
 		for ; e < end; e++ {
 			en := s.pb.entries[e]
-			pipe.XAdd(ctx, xaddArgs(s.streams[p], s.maxLen, en.n, s.pb.b[en.start:en.end], s.pb.x[en.xstart:en.xend]))
+			pipe.XAdd(ctx, xaddArgs(s.streams[p], s.trim, s.newest[p], en.n, s.pb.b[en.start:en.end], s.pb.x[en.xstart:en.xend]))
 		}
 	}
 	cmds, err := pipe.Exec(ctx)
+	// The IDs Redis gave, from each partition's clock, whatever else failed.
+	e = 0
+	for p, end := range s.ends {
+		for ; e < end && e < len(cmds); e++ {
+			if c, ok := cmds[e].(*redis.StringCmd); ok && c.Err() == nil {
+				s.newest[p] = max(s.newest[p], idTime(c.Val()))
+			}
+		}
+	}
 	if err != nil {
 		for _, c := range cmds {
 			if c.Err() != nil {

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/redistest"
@@ -130,6 +132,147 @@ func TestStreamSinkTrims(t *testing.T) {
 	}
 	if n < 10 || n > 200 {
 		t.Errorf("XLEN after %d writes with maxLen 10 = %d, want 10..200", writes, n)
+	}
+}
+
+// fillOldAndRecent adds 300 entries two hours old and 300 a minute old to
+// stream, by their IDs' times (the stream's own clock), as other clients
+// would have written them; it returns Redis's time in ms.
+func fillOldAndRecent(t *testing.T, rdb *redis.Client, stream string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := now.UnixMilli()
+	pipe := rdb.Pipeline()
+	for i := range 300 {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("%d-%d", ms-2*time.Hour.Milliseconds(), i), Values: []any{"other", "old"}})
+	}
+	for i := range 300 {
+		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("%d-%d", ms-time.Minute.Milliseconds(), i), Values: []any{"other", "recent"}})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// entryKinds counts stream's entries by their "other" field ("" for the
+// emitter's own).
+func entryKinds(t *testing.T, rdb *redis.Client, stream string) map[string]int {
+	t.Helper()
+	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, m := range msgs {
+		k, _ := m.Values["other"].(string)
+		kinds[k]++
+	}
+	return kinds
+}
+
+// The default emitter keeps 15 minutes of the stream, by the stream's own
+// clock: older entries go (whole nodes: MINID ~), the recent ones other
+// clients wrote stay.
+func TestEmitterKeepsFifteenMinutesByDefault(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	stream := redistest.KeyPrefix(t) + "events"
+	fillOldAndRecent(t, rdb, stream)
+	em := NewEmitter(rdb, &EmitterOptions{Stream: stream, BatchSize: 1})
+	ctx := context.Background()
+	for i := range 3 { // the first write learns the stream's clock, the next ones trim
+		em.Record(event.Event{Type: event.Renewed, Key: "k", TS: int64(i + 1)})
+		if err := em.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := em.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kinds := entryKinds(t, rdb, stream)
+	// MINID ~ trims whole nodes (up to 100 entries): at most one node of
+	// old entries may stay.
+	if kinds["old"] >= 100 || kinds["recent"] != 300 || kinds[""] != 3 {
+		t.Errorf("entries after the default emitter wrote 3: %v, want under 100 old, 300 recent and 3 of its own", kinds)
+	}
+}
+
+func TestStreamTrimChoices(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name      string
+		opt       EmitterOptions
+		oldAtMost int // of 300 two hours old
+		recent    int // of 300 a minute old, kept
+	}{
+		{"never", EmitterOptions{MaxLen: -1}, 300, 300},
+		{"max age 1m30s", EmitterOptions{MaxAge: 90 * time.Second}, 99, 300},
+		{"max age 30s", EmitterOptions{MaxAge: 30 * time.Second}, 0, 0},
+		{"max len wins over max age", EmitterOptions{MaxLen: 1000, MaxAge: time.Second}, 300, 300},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stream := redistest.KeyPrefix(t) + "events"
+			fillOldAndRecent(t, rdb, stream)
+			opt := c.opt
+			opt.Stream, opt.BatchSize = stream, 1
+			em := NewEmitter(rdb, &opt)
+			for i := range 3 {
+				em.Record(event.Event{Type: event.Renewed, Key: "k", TS: int64(i + 1)})
+				if err := em.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			em.Close(ctx)
+			kinds := entryKinds(t, rdb, stream)
+			// MINID ~ trims whole nodes (up to 100 entries): of entries to
+			// trim, at most one node's worth may stay.
+			recentOK := kinds["recent"] == c.recent || c.recent == 0 && kinds["recent"] < 100
+			oldOK := kinds["old"] <= c.oldAtMost && (c.oldAtMost < 300 || kinds["old"] == 300)
+			if !oldOK || !recentOK || kinds[""] != 3 {
+				t.Errorf("entries: %v, want old at most %d (all if 300), recent %d (under 100 if 0) and 3 of the emitter's", kinds, c.oldAtMost, c.recent)
+			}
+		})
+	}
+}
+
+func TestPartitionedStreamSinkTrimsByAge(t *testing.T) {
+	rdb := redistest.Shared(t).Client(t)
+	stream := redistest.KeyPrefix(t) + "events"
+	const n = 2
+	streams := event.Streams(stream, n)
+	for _, s := range streams {
+		fillOldAndRecent(t, rdb, s)
+	}
+	s := NewPartitionedStreamSinkTrim(rdb, stream, n, StreamTrim{MaxAge: 15 * time.Minute})
+	ctx := context.Background()
+	// Keys for both partitions, three writes each.
+	var keys [n]string
+	for i := 0; keys[0] == "" || keys[1] == ""; i++ {
+		k := "k" + strconv.Itoa(i)
+		keys[event.PartitionOf(k, n)] = k
+	}
+	for i := range 3 {
+		if err := s.Write(ctx, []event.Event{{Type: event.Renewed, Key: keys[0], TS: int64(i + 1)}, {Type: event.Renewed, Key: keys[1], TS: int64(i + 1)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range streams {
+		if kinds := entryKinds(t, rdb, p); kinds["old"] >= 100 || kinds["recent"] != 300 || kinds[""] != 3 {
+			t.Errorf("%s: %v, want under 100 old, 300 recent and 3 of the sink's", p, kinds)
+		}
+	}
+}
+
+func TestIDTime(t *testing.T) {
+	for id, want := range map[string]int64{"1700000000000-0": 1700000000000, "5-17": 5, "": 0, "x-1": 0, "-3-1": 0} {
+		if got := idTime(id); got != want {
+			t.Errorf("idTime(%q) = %d, want %d", id, got, want)
+		}
 	}
 }
 

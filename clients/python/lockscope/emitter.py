@@ -2,7 +2,7 @@
 
 It behaves as the Go library's lock.Emitter (docs/events.md, "How the Go
 emitter sends"): record() appends to an in-memory buffer and returns, one
-background thread writes; a write is one packed XADD ... MAXLEN ~ of at most
+background thread writes; a write is one packed XADD ... MINID ~ of at most
 batch_size events, sent as soon as a batch is full, at most flush_interval
 after the first buffered event, on flush() and on close(). Memory is
 bounded by buffer_size events, buffered plus being written; when the buffer
@@ -26,7 +26,7 @@ from .value import default_owner
 
 log = logging.getLogger("lockscope")
 
-DEFAULT_MAXLEN = 1_000_000
+DEFAULT_MAX_AGE = 15 * 60.0  # seconds of stream kept, on the stream's own clock
 DEFAULT_BATCH_SIZE = 2048
 MAX_FLUSH_INTERVAL = 0.1
 DEFAULT_BUFFER_SIZE = 16384
@@ -39,14 +39,38 @@ recorded == sent + dropped."""
 
 class StreamSink:
     """Writes each batch as packed entries to the lockscope stream (or its
-    partitions) with XADD ... MAXLEN ~ maxlen: one entry per batch unless it
-    passes ev.ENTRY_BYTES or a decoder's limits. Used by the Emitter's thread
-    only."""
+    partitions): one entry per batch unless it passes ev.ENTRY_BYTES or a
+    decoder's limits. Each XADD trims the stream: with MAXLEN ~ maxlen if
+    maxlen is positive, else with MINID ~ to the entries at most max_age
+    seconds older than the newest this sink wrote (the time in the ID Redis
+    gave it: the stream's own clock); neither: never trimmed. Used by the
+    Emitter's thread only."""
 
-    def __init__(self, client, stream=ev.DEFAULT_STREAM, maxlen=DEFAULT_MAXLEN, partitions=0):
+    def __init__(self, client, stream=ev.DEFAULT_STREAM, maxlen=0, partitions=0, max_age=DEFAULT_MAX_AGE):
         self.client = client
         self.streams = ev.streams(stream or ev.DEFAULT_STREAM, partitions)
         self.maxlen = maxlen if maxlen and maxlen > 0 else None
+        self.max_age_ms = int(max_age * 1000) if not self.maxlen and max_age and max_age > 0 else 0
+        self._newest = {}  # stream -> ms time of the newest entry ID written
+
+    def _trim(self, stream):
+        """The XADD trimming arguments for stream."""
+        if self.maxlen:
+            return {"maxlen": self.maxlen, "approximate": True}
+        newest = self._newest.get(stream, 0)
+        if self.max_age_ms and newest > self.max_age_ms:
+            return {"minid": newest - self.max_age_ms, "approximate": True}
+        return {}
+
+    def _written(self, stream, entry_id):
+        if isinstance(entry_id, bytes):
+            entry_id = entry_id.decode()
+        try:
+            ms = int(str(entry_id).split("-", 1)[0])
+        except ValueError:
+            return
+        if ms > self._newest.get(stream, 0):
+            self._newest[stream] = ms
 
     def write(self, events):
         if not events:
@@ -61,12 +85,13 @@ class StreamSink:
             entries = [(self.streams[p], e) for p in range(n) for e in ev.pack_entries(parts[p], ev.ENTRY_BYTES)]
         if len(entries) == 1:
             stream, (count, batch, ext) = entries[0]
-            self.client.xadd(stream, ev.packed_fields(count, batch, ext), maxlen=self.maxlen, approximate=True)
+            self._written(stream, self.client.xadd(stream, ev.packed_fields(count, batch, ext), **self._trim(stream)))
             return
         pipe = self.client.pipeline(transaction=False)
         for stream, (count, batch, ext) in entries:
-            pipe.xadd(stream, ev.packed_fields(count, batch, ext), maxlen=self.maxlen, approximate=True)
-        pipe.execute()
+            pipe.xadd(stream, ev.packed_fields(count, batch, ext), **self._trim(stream))
+        for (stream, _), entry_id in zip(entries, pipe.execute()):
+            self._written(stream, entry_id)
 
 
 class MemorySink:
@@ -134,7 +159,12 @@ class Emitter:
     - stream: the stream key ("lockscope:events").
     - partitions: spread events by lock key over this many streams
       (event.streams); collectors must read as many (``--partitions``).
-    - maxlen: trim with MAXLEN ~ maxlen entries (1 000 000); negative: never.
+    - max_age: keep the entries at most this many seconds older than the
+      newest, by the stream's own clock (XADD MINID ~; 900: 15 minutes).
+      What a stopped collector can still read when it comes back, and what
+      Redis's memory holds: some 75 bytes per event.
+    - maxlen: if positive, trim with MAXLEN ~ maxlen entries instead (an
+      entry holds a batch); negative: never trim.
     - batch_size: most events per write, and a write as soon as this many
       are buffered (2048); capped at buffer_size and at 9 999.
     - flush_interval: the longest an event waits, in seconds (0.1, the most).
@@ -150,15 +180,17 @@ class Emitter:
     interpreter exit are closed then, with a 1 s bound.
     """
 
-    def __init__(self, redis_client=None, stream=ev.DEFAULT_STREAM, *, partitions=0, maxlen=0, batch_size=0,
-                 flush_interval=0, buffer_size=0, write_timeout=0, owner=None, sink=None):
+    def __init__(self, redis_client=None, stream=ev.DEFAULT_STREAM, *, partitions=0, maxlen=0, max_age=0,
+                 batch_size=0, flush_interval=0, buffer_size=0, write_timeout=0, owner=None, sink=None):
         self._write_timeout = write_timeout if write_timeout and write_timeout > 0 else DEFAULT_WRITE_TIMEOUT
         if sink is None:
             if redis_client is None:
                 raise ValueError("lockscope: Emitter needs a Redis client or a sink")
-            if maxlen == 0:
-                maxlen = DEFAULT_MAXLEN
-            sink = StreamSink(own_client(redis_client, self._write_timeout), stream, maxlen, partitions)
+            if not max_age or max_age <= 0:
+                max_age = DEFAULT_MAX_AGE
+            if maxlen and maxlen < 0:
+                max_age = 0  # never trimmed
+            sink = StreamSink(own_client(redis_client, self._write_timeout), stream, maxlen, partitions, max_age)
         self._sink = sink
         self._owner = default_owner() if owner is None else owner
         self._buffer_size = buffer_size if buffer_size and buffer_size > 0 else DEFAULT_BUFFER_SIZE

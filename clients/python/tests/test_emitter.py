@@ -240,6 +240,45 @@ def test_maxlen_trims(r, prefix):
     assert r.xlen(stream) < 200  # MAXLEN ~ trims whole nodes (100 entries each)
 
 
+def fill_old_and_recent(r, stream, now_ms):
+    """300 entries two hours old and 300 one minute old, by the IDs' times
+    (the stream's own clock), as other clients would have written them."""
+    for i in range(300):
+        r.xadd(stream, {"other": "old"}, id=f"{now_ms - 2 * 3600_000}-{i}")
+    for i in range(300):
+        r.xadd(stream, {"other": "recent"}, id=f"{now_ms - 60_000}-{i}")
+
+
+def test_default_keeps_fifteen_minutes_by_the_streams_clock(r, prefix):
+    stream = prefix + "events"
+    sec, usec = r.time()
+    now_ms = sec * 1000 + usec // 1000
+    fill_old_and_recent(r, stream, now_ms)
+    e = lockscope.Emitter(r, stream, batch_size=1)
+    for i in range(3):  # the first write learns the stream's clock, the next ones trim
+        e.record(ev.Event("acquired", key="k", ts=i + 1))
+        e.flush(timeout=5)
+    e.close()
+    kinds = [f.get(b"other") for _, f in r.xrange(stream)]
+    # MINID ~ trims whole nodes (up to 100 entries): at most one node of old
+    # entries may stay, every recent one stays.
+    assert kinds.count(b"old") < 100
+    assert kinds.count(b"recent") == 300
+    assert kinds.count(None) == 3
+
+
+def test_negative_maxlen_never_trims(r, prefix):
+    stream = prefix + "events"
+    sec, usec = r.time()
+    fill_old_and_recent(r, stream, sec * 1000 + usec // 1000)
+    e = lockscope.Emitter(r, stream, maxlen=-1, batch_size=1)
+    for i in range(3):
+        e.record(ev.Event("acquired", key="k", ts=i + 1))
+        e.flush(timeout=5)
+    e.close()
+    assert r.xlen(stream) == 603
+
+
 def test_async_client_gets_a_sync_connection(server, prefix):
     import redis.asyncio
     a = redis.asyncio.Redis(port=server.port)
