@@ -1,0 +1,213 @@
+package lockbench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/lockscope/lockscope/lock"
+)
+
+// The paired measurement of what events cost: windows of costWindow, with
+// events then without or the other way round, costPairs times.
+const (
+	costWindow = 250 * time.Millisecond
+	costPairs  = 16
+)
+
+// BenchmarkEventsCost is what events cost the lock path: the same cycle with
+// an emitter and without, each in its own client kept for the whole run (so
+// their tuners settle once), run in alternating windows of costWindow (on,
+// off, off, on, ...) for costPairs pairs. A slow phase of this machine lasts
+// seconds, so it falls on both halves of a pair; one-second runs of each in
+// turn (BenchmarkCycle) cannot promise that, and there the difference was
+// noise (from -20 to +29 % at 16 callers). Each pair gives 1 - on/off in
+// cycles per second; reported are the median over the pairs (events-cost-%)
+// and the quartiles.
+//
+// stream=trimmed fills the stream to its trimmed length first, so every
+// window runs in the regime a stream whose MaxLen fits its rate stays in;
+// stream=growing starts a new stream that is never trimmed, the regime of a
+// stream below its MaxLen, where Redis's CPU per event is some eight times
+// higher (every entry is new memory; BENCHMARKS.md, issue 28). An "on"
+// window ends with Flush: it pays for all of its events.
+//
+// One op is the whole sequence, some 10 s; the default -benchtime runs it
+// once.
+func BenchmarkEventsCost(b *testing.B) {
+	for _, stream := range []string{"trimmed", "growing"} {
+		for _, keys := range []string{"unique", "hot16"} {
+			for _, callers := range []int{1, 8, 16, 64} {
+				name := fmt.Sprintf("stream=%s/keys=%s/callers=%d", stream, keys, callers)
+				b.Run(name, func(b *testing.B) { benchEventsCost(b, stream == "growing", keys == "hot16", callers) })
+			}
+		}
+	}
+}
+
+func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
+	s := server(b)
+	ctx := context.Background()
+	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer admin.Close()
+
+	key, maxLen := stream+":cost:trimmed", int64(eventsKept/defaultBatch)
+	if growing {
+		key, maxLen = stream+":cost:growing", -1
+	}
+	if err := admin.Del(ctx, key).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if !growing {
+		// Entries the size of the emitter's full ones (some 150 kB), past
+		// the trimmed length: from the first window on, each new entry
+		// reuses what a trimmed one freed.
+		blob := make([]byte, 150<<10)
+		for range maxLen * 3 / 2 {
+			if err := admin.XAdd(ctx, &redis.XAddArgs{Stream: key, MaxLen: maxLen, Approx: true, Values: []any{"fill", blob}}).Err(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+
+	type side struct {
+		rdb  *redis.Client
+		c    *lock.Client
+		em   *lock.Emitter
+		keys []string
+	}
+	newSide := func(events bool) *side {
+		sd := &side{rdb: redis.NewClient(&redis.Options{Addr: s.Addr()})}
+		opt := &lock.Options{Owner: "bench"}
+		prefix := "cost:off:"
+		if events {
+			sd.em = lock.NewEmitter(sd.rdb, &lock.EmitterOptions{Stream: key, MaxLen: maxLen})
+			opt.Recorder = sd.em
+			prefix = "cost:on:"
+		}
+		sd.c = lock.New(sd.rdb, opt)
+		sd.keys = make([]string, callers)
+		for w := range sd.keys {
+			if hot {
+				sd.keys[w] = prefix + "hot:" + strconv.Itoa(w%hotKeys)
+			} else {
+				sd.keys[w] = prefix + "unique:" + strconv.Itoa(w)
+			}
+		}
+		return sd
+	}
+	on, off := newSide(true), newSide(false)
+	defer func() {
+		on.em.Close(ctx)
+		on.rdb.Close()
+		off.rdb.Close()
+	}()
+	once := &lock.ObtainOptions{}
+	waiting := &lock.ObtainOptions{Retry: lock.LinearBackoff(retryGap)}
+	opt := once
+	if hot {
+		opt = waiting
+	}
+
+	// window runs callers cycling on sd for d and returns cycles per second.
+	window := func(sd *side, d time.Duration) float64 {
+		var stop atomic.Bool
+		var done atomic.Int64
+		var failed atomic.Pointer[error]
+		var wg sync.WaitGroup
+		start := time.Now()
+		t := time.AfterFunc(d, func() { stop.Store(true) })
+		defer t.Stop()
+		for w := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := int64(0)
+				for !stop.Load() {
+					l, err := sd.c.Obtain(ctx, sd.keys[w], ttl, opt)
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					if err != nil {
+						failed.CompareAndSwap(nil, &err)
+						stop.Store(true)
+						break
+					}
+					n++
+				}
+				done.Add(n)
+			}()
+		}
+		wg.Wait()
+		if sd.em != nil {
+			if err := sd.em.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		elapsed := time.Since(start)
+		if err := failed.Load(); err != nil {
+			b.Fatalf("cycle: %v", *err)
+		}
+		return float64(done.Load()) / elapsed.Seconds()
+	}
+
+	for range b.N {
+		// Warm up both clients: connections, scripts, the tuners' first rounds.
+		window(on, costWindow)
+		window(off, costWindow)
+		costs := make([]float64, 0, costPairs)
+		ons := make([]float64, 0, costPairs)
+		offs := make([]float64, 0, costPairs)
+		for i := range costPairs {
+			var a, z float64
+			if i%2 == 0 {
+				a = window(on, costWindow)
+				z = window(off, costWindow)
+			} else {
+				z = window(off, costWindow)
+				a = window(on, costWindow)
+			}
+			ons, offs = append(ons, a), append(offs, z)
+			costs = append(costs, 100*(1-a/z))
+		}
+		if st := on.em.Stats(); st.Dropped > 0 {
+			b.Fatalf("the emitter dropped %d events: the cost of events that were not written is not measured", st.Dropped)
+		}
+		b.ReportMetric(quantile(costs, 0.5), "events-cost-%")
+		b.ReportMetric(quantile(costs, 0.25), "p25-%")
+		b.ReportMetric(quantile(costs, 0.75), "p75-%")
+		b.ReportMetric(quantile(ons, 0.5), "on-cycles/s")
+		b.ReportMetric(quantile(offs, 0.5), "off-cycles/s")
+	}
+}
+
+// quantile is xs's q-quantile, interpolated between the nearest two.
+func quantile(xs []float64, q float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	pos := q * float64(len(s)-1)
+	i := int(pos)
+	if i+1 >= len(s) {
+		return s[len(s)-1]
+	}
+	return s[i] + (pos-float64(i))*(s[i+1]-s[i])
+}
+
+func TestQuantile(t *testing.T) {
+	xs := []float64{4, 1, 3, 2}
+	for _, c := range []struct{ q, want float64 }{{0, 1}, {0.5, 2.5}, {0.25, 1.75}, {1, 4}} {
+		if got := quantile(xs, c.q); got != c.want {
+			t.Errorf("quantile(%v, %v) = %v, want %v", xs, c.q, got, c.want)
+		}
+	}
+	if xs[0] != 4 {
+		t.Error("quantile sorted its argument in place")
+	}
+}
