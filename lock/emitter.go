@@ -28,8 +28,8 @@ type EmitterOptions struct {
 	// the newest (XADD MINID ~, on the stream's own clock: the times in the
 	// IDs Redis gives entries); 0 means 15 minutes. What it keeps is what a
 	// collector that stopped can still read when it comes back, and what
-	// Redis's memory holds: some 75 bytes per event (30-byte keys), so
-	// 1 000 events/s keep about 70 MB. Ignored when MaxLen is set or Sink
+	// Redis's memory holds: some 100 bytes per event (30-byte keys), so
+	// 1 000 events/s keep about 90 MB. Ignored when MaxLen is set or Sink
 	// is set.
 	MaxAge time.Duration
 	// MaxLen, if positive, trims the stream to about MaxLen entries instead

@@ -162,7 +162,7 @@ class Emitter:
     - max_age: keep the entries at most this many seconds older than the
       newest, by the stream's own clock (XADD MINID ~; 900: 15 minutes).
       What a stopped collector can still read when it comes back, and what
-      Redis's memory holds: some 75 bytes per event.
+      Redis's memory holds: some 100 bytes per event (30-byte keys).
     - maxlen: if positive, trim with MAXLEN ~ maxlen entries instead (an
       entry holds a batch); negative: never trim.
     - batch_size: most events per write, and a write as soon as this many
