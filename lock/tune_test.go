@@ -157,3 +157,43 @@ func TestTunerWindows(t *testing.T) {
 		t.Errorf("after winMin: probe %d, window calls %d; want a round probing the far end, 1, and a new window", tu.probe, tu.n)
 	}
 }
+
+// TestTunerIgnoresWhatALimitLeavesBehind: after a window at one round trip
+// in flight, callers stay in step for a while, and the next window of
+// direct sends measures as fast as the batched one (traced on a real
+// client: issue 28). Counting that window, the probe never wins every pair
+// and the tuner keeps direct sends, twice as slow here; the window after a
+// change is not counted, so it moves.
+func TestTunerIgnoresWhatALimitLeavesBehind(t *testing.T) {
+	for seed := range uint64(8) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		tu := newTuner(20)
+		now := time.Unix(0, 0)
+		last, prev, since := tu.limit, tu.limit, 0
+		var limits []int
+		for range 200_000 {
+			limit := tu.limit
+			if limit != last {
+				prev, last, since = last, limit, 0
+			}
+			since++
+			us := 220.0 // direct sends, 8 callers
+			switch {
+			case limit <= 2:
+				us = 110 // batched
+			case prev <= 2 && since <= winCalls:
+				us = 110 // direct, but still in step after a batched window
+			}
+			lat := time.Duration(us*(1+0.05*(2*rng.Float64()-1))) * time.Microsecond
+			now = now.Add(lat / 8)
+			limits = append(limits, limit)
+			tu.observe(now, 1, lat)
+		}
+		if tu.base > 2 {
+			t.Errorf("seed %d: settled limit = %d, want 1 or 2", seed, tu.base)
+		}
+		if s := share(limits[len(limits)/2:], 1, 2); s < 0.9 {
+			t.Errorf("seed %d: share of calls at limit 1..2 once settled = %.2f, want >= 0.9", seed, s)
+		}
+	}
+}
