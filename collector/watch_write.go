@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,9 +165,8 @@ func (p *passiveWriter) write(ctx context.Context, evs []event.Event) error {
 			return errFenced
 		}
 	case string: // the new entry's ID
-		ms, _, _ := strings.Cut(r, "-")
-		if t, err := strconv.ParseInt(ms, 10, 64); err == nil && t > p.newest.Load() {
-			p.newest.Store(t)
+		if id, ok := parseID(r); ok && int64(id.ms) > p.newest.Load() {
+			p.newest.Store(int64(id.ms))
 		}
 	}
 	return nil

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -137,70 +136,16 @@ func TestStreamSinkTrims(t *testing.T) {
 
 // fillOldAndRecent adds 300 entries two hours old and 300 a minute old to
 // stream, by their IDs' times (the stream's own clock), as other clients
-// would have written them; it returns Redis's time in ms.
-func fillOldAndRecent(t *testing.T, rdb *redis.Client, stream string) int64 {
+// would have written them.
+func fillOldAndRecent(t *testing.T, rdb *redis.Client, stream string) {
 	t.Helper()
-	ctx := context.Background()
-	now, err := rdb.Time(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms := now.UnixMilli()
-	pipe := rdb.Pipeline()
-	for i := range 300 {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("%d-%d", ms-2*time.Hour.Milliseconds(), i), Values: []any{"other", "old"}})
-	}
-	for i := range 300 {
-		pipe.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: fmt.Sprintf("%d-%d", ms-time.Minute.Milliseconds(), i), Values: []any{"other", "recent"}})
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return ms
+	redistest.AddAged(t, rdb, stream, 2*time.Hour, 300, "old")
+	redistest.AddAged(t, rdb, stream, time.Minute, 300, "recent")
 }
 
-// entryKinds counts stream's entries by their "other" field ("" for the
-// emitter's own).
-func entryKinds(t *testing.T, rdb *redis.Client, stream string) map[string]int {
-	t.Helper()
-	msgs, err := rdb.XRange(context.Background(), stream, "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	kinds := map[string]int{}
-	for _, m := range msgs {
-		k, _ := m.Values["other"].(string)
-		kinds[k]++
-	}
-	return kinds
-}
-
-// The default emitter keeps 15 minutes of the stream, by the stream's own
-// clock: older entries go (whole nodes: MINID ~), the recent ones other
-// clients wrote stay.
-func TestEmitterKeepsFifteenMinutesByDefault(t *testing.T) {
-	rdb := redistest.Shared(t).Client(t)
-	stream := redistest.KeyPrefix(t) + "events"
-	fillOldAndRecent(t, rdb, stream)
-	em := NewEmitter(rdb, &EmitterOptions{Stream: stream, BatchSize: 1})
-	ctx := context.Background()
-	for i := range 3 { // the first write learns the stream's clock, the next ones trim
-		em.Record(event.Event{Type: event.Renewed, Key: "k", TS: int64(i + 1)})
-		if err := em.Flush(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := em.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	kinds := entryKinds(t, rdb, stream)
-	// MINID ~ trims whole nodes (up to 100 entries): at most one node of
-	// old entries may stay.
-	if kinds["old"] >= 100 || kinds["recent"] != 300 || kinds[""] != 3 {
-		t.Errorf("entries after the default emitter wrote 3: %v, want under 100 old, 300 recent and 3 of its own", kinds)
-	}
-}
-
+// Trimming as EmitterOptions say: by default the last 15 minutes by the
+// stream's own clock (older entries go, whole nodes: MINID ~; the recent
+// ones other clients wrote stay).
 func TestStreamTrimChoices(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	ctx := context.Background()
@@ -210,6 +155,7 @@ func TestStreamTrimChoices(t *testing.T) {
 		oldAtMost int // of 300 two hours old
 		recent    int // of 300 a minute old, kept
 	}{
+		{"default: 15 minutes", EmitterOptions{}, 99, 300},
 		{"never", EmitterOptions{MaxLen: -1}, 300, 300},
 		{"max age 1m30s", EmitterOptions{MaxAge: 90 * time.Second}, 99, 300},
 		{"max age 30s", EmitterOptions{MaxAge: 30 * time.Second}, 0, 0},
@@ -228,7 +174,7 @@ func TestStreamTrimChoices(t *testing.T) {
 				}
 			}
 			em.Close(ctx)
-			kinds := entryKinds(t, rdb, stream)
+			kinds := redistest.AgedKinds(t, rdb, stream)
 			// MINID ~ trims whole nodes (up to 100 entries): of entries to
 			// trim, at most one node's worth may stay.
 			recentOK := kinds["recent"] == c.recent || c.recent == 0 && kinds["recent"] < 100
@@ -262,7 +208,7 @@ func TestPartitionedStreamSinkTrimsByAge(t *testing.T) {
 		}
 	}
 	for _, p := range streams {
-		if kinds := entryKinds(t, rdb, p); kinds["old"] >= 100 || kinds["recent"] != 300 || kinds[""] != 3 {
+		if kinds := redistest.AgedKinds(t, rdb, p); kinds["old"] >= 100 || kinds["recent"] != 300 || kinds[""] != 3 {
 			t.Errorf("%s: %v, want under 100 old, 300 recent and 3 of the sink's", p, kinds)
 		}
 	}

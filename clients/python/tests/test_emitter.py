@@ -267,6 +267,30 @@ def test_default_keeps_fifteen_minutes_by_the_streams_clock(r, prefix):
     assert kinds.count(None) == 3
 
 
+def test_partitions_trim_by_age_each_on_its_own(r, prefix):
+    base = prefix + "events"
+    streams = ev.streams(base, 2)
+    sec, usec = r.time()
+    for s in streams:
+        fill_old_and_recent(r, s, sec * 1000 + usec // 1000)
+    keys = {}
+    i = 0
+    while len(keys) < 2:
+        keys.setdefault(ev.partition_of("k%d" % i, 2), "k%d" % i)
+        i += 1
+    e = lockscope.Emitter(r, base, partitions=2)
+    for i in range(3):  # one pipelined write to both partitions each time
+        for k in keys.values():
+            e.record(ev.Event("acquired", key=k, ts=i + 1))
+        e.flush(timeout=5)
+    e.close()
+    for s in streams:
+        kinds = [f.get(b"other") for _, f in r.xrange(s)]
+        assert kinds.count(b"old") < 100, s
+        assert kinds.count(b"recent") == 300, s
+        assert kinds.count(None) == 3, s
+
+
 def test_negative_maxlen_never_trims(r, prefix):
     stream = prefix + "events"
     sec, usec = r.time()
