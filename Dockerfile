@@ -7,6 +7,13 @@ FROM golang:1.26-bookworm AS build
 WORKDIR /src
 ENV CGO_ENABLED=0 GOFLAGS=-buildvcs=false
 COPY go.mod go.sum ./
+# The library's modules, which go.mod replaces with these folders.
+COPY event/go.mod event/go.sum event/
+COPY lock/go.mod lock/go.sum lock/
+COPY internal/testkit/go.mod internal/testkit/go.sum internal/testkit/
+COPY extra/redsyncscope/go.mod extra/redsyncscope/go.sum extra/redsyncscope/
+COPY extra/redislockscope/go.mod extra/redislockscope/go.sum extra/redislockscope/
+COPY extra/lockotel/go.mod extra/lockotel/go.sum extra/lockotel/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \

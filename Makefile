@@ -11,17 +11,23 @@ FUZZCOUNT ?= 200000x
 export FUZZCOUNT_FuzzClass ?= 100000x
 export FUZZCOUNT_FuzzKeyThroughDashboard ?= 3000x
 
-# deploy/helm is a module of its own (the Helm chart's tests and generator):
-# Helm's and Kubernetes's dependencies stay out of lockscope's go.mod.
+# The modules besides the root one (the server: collector, dashboard, the
+# binary). The library is modules of its own so that an application that
+# imports it pulls go-redis and nothing of the server's (docs/development.md):
+# event (the wire schema and class names), lock, each extra/ adapter, and
+# the test kit they share. deploy/helm keeps Helm's and Kubernetes's
+# dependencies out of every other go.mod. Each step below runs in each.
 HELM_MOD := deploy/helm
+MODULES := event internal/testkit lock extra/redsyncscope extra/redislockscope extra/lockotel $(HELM_MOD)
 
-.PHONY: test deps generate check-generated tidy vet staticcheck unit fuzz compose demo bench soak
+.PHONY: screenshots test deps generate check-generated tidy vet staticcheck unit fuzz compose demo bench soak
 
 test: deps check-generated tidy vet staticcheck unit fuzz compose
 
 # Installs the programs the tests run (redis-server, promtool, prometheus,
 # amtool, chromium, docker-compose, node, npm) when one is missing, and the
-# accessibility checkers in tools/a11y (npm ci).
+# accessibility checkers in tools/a11y, the other libraries' lock clients in
+# tools/foreign and the Node package's dependencies in clients/node (npm ci).
 deps:
 	@bash scripts/deps.sh
 
@@ -37,34 +43,43 @@ check-generated:
 
 tidy:
 	@$(GO) mod tidy -diff || (echo "go.mod/go.sum are not tidy: run 'go mod tidy' and commit" && exit 1)
-	@cd $(HELM_MOD) && $(GO) mod tidy -diff || (echo "$(HELM_MOD)/go.mod is not tidy: run 'go mod tidy' there and commit" && exit 1)
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || (echo "$$m/go.mod is not tidy: run 'go mod tidy' there and commit" && exit 1); done
 
 vet:
 	$(GO) vet ./...
-	cd $(HELM_MOD) && $(GO) vet ./...
+	@set -e; for m in $(MODULES); do echo "vet $$m"; (cd $$m && $(GO) vet ./...); done
 
-# The nested module runs the main module's staticcheck binary.
+# The nested modules run the main module's staticcheck binary.
 staticcheck:
 	$(GO) tool staticcheck ./...
-	sc=$$($(GO) tool -n staticcheck) && cd $(HELM_MOD) && $$sc ./...
+	@set -e; sc=$$($(GO) tool -n staticcheck); for m in $(MODULES); do echo "staticcheck $$m"; (cd $$m && $$sc ./...); done
 
 unit:
 	$(GO) test -race -count=1 -timeout 25m ./...
-	cd $(HELM_MOD) && $(GO) test -race -count=1 -timeout 10m ./...
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) test -race -count=1 -timeout 10m ./...); done
 
 # Every fuzz target, bounded by counts (corpus regressions also run in 'unit').
 # Targets are found by grep: listing them with 'go test -list' would build
 # every package's tests once more.
+# Each runs from its package's module (the nearest go.mod above it).
 fuzz:
-	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' . | sort); do \
+	@set -e; for file in $$(grep -rl --include='*_test.go' --exclude-dir=node_modules '^func Fuzz' . | sort); do \
+	  dir=$$(dirname $$file); mod=$$dir; while [ ! -f $$mod/go.mod ]; do mod=$$(dirname $$mod); done; \
 	  for f in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
 	    v=FUZZCOUNT_$$f; n=$${!v:-$(FUZZCOUNT)}; \
-	    echo "fuzz $$(dirname $$file) $$f $$n"; $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$$n ./$$(dirname $$file); \
+	    echo "fuzz $$dir $$f $$n"; rel=$${dir#$$mod}; (cd $$mod && $(GO) test -run='^$$' -fuzz="^$$f$$" -fuzztime=$$n .$$rel); \
 	  done; \
 	done
 
 compose:
 	docker-compose -f docker-compose.yml config -q
+
+# Refreshes the screenshots in docs/ from the browser tests, and lockscope
+# top's captures (docs/top*.txt, the copy in docs/reference.md) from its terminal test
+# (a test run leaves them alone).
+screenshots:
+	LOCKSCOPE_UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run 'TestEndToEndBrowser|TestOwnerPageBrowser|TestPagesAtEveryWidth|TestForeignLocksInBrowser' ./dashboard/
+	LOCKSCOPE_UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run '^TestTopShowsTheLivePicture$$' ./cmd/lockscope/
 
 demo:
 	$(GO) run ./cmd/lockscope demo

@@ -11,7 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockscope/lockscope/internal/promqltest"
+	"github.com/lockscope/lockscope/test/promqltest"
 )
 
 const alertmanagerFile = "alertmanager.yml"

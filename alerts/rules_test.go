@@ -12,7 +12,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lockscope/lockscope/internal/promqltest"
+	"github.com/lockscope/lockscope/test/promqltest"
 )
 
 const rulesFile = "lockscope.rules.yml"
@@ -20,7 +20,7 @@ const rulesFile = "lockscope.rules.yml"
 // wantAlerts are DESIGN.md's alerts, in file order.
 var wantAlerts = []string{
 	"LockStuck", "LockWithoutExpiry", "LockExpiringFrequently", "LockWaitHigh", "LockAcquireFailuresHigh", "LockOwnershipFlapping",
-	"LockDeadlock", "LockWaitQueueBuilding", "LockLeaseAtRisk",
+	"LockDeadlock", "LockWaitQueueBuilding", "LockLeaseAtRisk", "LockOrderInversion", "LockHoldersOverlap",
 	"LockscopeDown", "LockscopeEventsStale", "LockscopeStreamLagging", "LockscopeEventsDropped",
 }
 
@@ -97,9 +97,9 @@ func TestAlertsConventions(t *testing.T) {
 		if d := r.Annotations["description"]; r.Alert != "LockscopeDown" && !strings.Contains(d, "{{ $value | humanize") && !strings.Contains(d, "{{ $value | humanizeDuration") {
 			t.Errorf("%s: description %q does not show the humanized {{ $value }}", r.Alert, d)
 		}
-		// Lock* alerts are per class (but a deadlock spans classes);
-		// Lockscope* alerts are about lockscope.
-		if !strings.HasPrefix(r.Alert, "Lockscope") && r.Alert != "LockDeadlock" {
+		// Lock* alerts are per class (but a deadlock and a lock-order
+		// inversion span classes); Lockscope* alerts are about lockscope.
+		if !strings.HasPrefix(r.Alert, "Lockscope") && r.Alert != "LockDeadlock" && r.Alert != "LockOrderInversion" {
 			if d := r.Annotations["description"]; !strings.Contains(d, "{{ $labels.class }}") {
 				t.Errorf("%s: description %q does not name {{ $labels.class }}", r.Alert, d)
 			}

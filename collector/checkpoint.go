@@ -47,6 +47,11 @@ type checkpoint struct {
 // notification confirmed.
 const confirmedReason = "confirmed"
 
+// workingReason marks, beside it (comma-separated), a checkpointed
+// expiration under a holder still at work (Expiration.HolderWorking): a
+// restarted replica shows the "still working" mark the others show.
+const workingReason = "working"
+
 // writeCheckpoints keeps the checkpoint fresh until ctx ends.
 func (c *Feeder) writeCheckpoints(ctx context.Context) {
 	failed := false
@@ -101,9 +106,13 @@ func (c *Feeder) writeCheckpoint(ctx context.Context) error {
 	}
 	if c.opt.Partition == 0 {
 		for _, x := range c.agg.ExpirationsBefore(now.Add(-c.ckptMinAge)) {
-			e := event.Event{Type: event.Expired, Key: x.Key, Owner: x.Owner, Lease: x.Lease, TS: x.At.UnixNano(), Hold: x.Held}
+			e := event.Event{Type: event.Expired, Key: x.Key, Owner: x.Owner, Lease: x.Lease, TS: x.At.UnixNano(), Hold: x.Held,
+				Passive: x.Passive}
 			if x.Confirmed {
 				e.Reason = confirmedReason
+			}
+			if x.HolderWorking {
+				e.Reason = strings.TrimPrefix(e.Reason+","+workingReason, ",")
 			}
 			hs = append(hs, e)
 		}
@@ -224,8 +233,10 @@ func (c *Feeder) restoreExpirations(ck *checkpoint, start time.Time) int {
 	var exps []state.Expiration
 	for _, e := range ck.expirations {
 		if e.TS < start.UnixNano() {
+			marks := strings.Split(e.Reason, ",")
 			exps = append(exps, state.Expiration{Key: e.Key, Owner: e.Owner, Lease: e.Lease, At: time.Unix(0, e.TS),
-				Held: e.Hold, Confirmed: e.Reason == confirmedReason})
+				Held: e.Hold, Confirmed: slices.Contains(marks, confirmedReason), HolderWorking: slices.Contains(marks, workingReason),
+				Passive: e.Passive})
 		}
 	}
 	c.agg.RestoreExpirations(exps)

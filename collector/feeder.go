@@ -209,7 +209,7 @@ func New(rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *Feeder
 	}
 	// Not ready until Run has read the group: a server that starts serving
 	// before Run begins must not report ready in between.
-	agg.SetHealth(errStarting)
+	agg.SetPartitionHealth(o.Partition, errStarting)
 	return c
 }
 
@@ -226,8 +226,8 @@ func (c *Feeder) Run(ctx context.Context) error {
 		return errors.New("collector: Run called while already running")
 	}
 	defer c.running.Store(false)
-	c.agg.SetHealth(errStarting)
-	defer c.agg.SetHealth(errStopped)
+	c.agg.SetPartitionHealth(c.opt.Partition, errStarting)
+	defer c.agg.SetPartitionHealth(c.opt.Partition, errStopped)
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -247,7 +247,11 @@ func (c *Feeder) Run(ctx context.Context) error {
 			}
 		}
 	}
-	spawn(afterReplay(func(ctx context.Context) { every(ctx, tickEvery, c.agg.Tick) }))
+	// One tick for the state, however many partitions feed it: the
+	// first partition's feeder ticks.
+	if c.opt.Partition == 0 {
+		spawn(afterReplay(func(ctx context.Context) { every(ctx, tickEvery, c.agg.Tick) }))
+	}
 	// Errors of the stats poll are the fetcher's to report.
 	spawn(func(ctx context.Context) { every(ctx, statsEvery, func() { c.inspect(ctx) }) })
 	spawn(afterReplay(c.watch))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	_ "embed"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,8 +39,13 @@ const (
 	DefaultIncidentsMaxAge = 7 * 24 * time.Hour
 
 	incidentsFlushEvery = time.Second
-	incidentsPendingMax = 4096 // incidents waiting for the next write, at most
+	incidentsPendingMax = 4096 // incidents waiting for the next write, at most (each within incidentRecordMax)
 	incidentsPerCall    = 100  // records per script call
+
+	// incidentsFresh is how old a read of the history may be when it is
+	// listed: every reader within it shares one HGETALL (see sharedRead).
+	incidentsFresh       = time.Second
+	incidentsReadTimeout = 5 * time.Second
 )
 
 // IncidentsKey is where the replicas of stream keep the incident history:
@@ -63,20 +69,30 @@ type IncidentOptions struct {
 	Logger *slog.Logger
 	// Now is the clock the age is measured by. nil means time.Now.
 	Now func() time.Time
+	// Malformed counts the stored records that are not records (see
+	// IncidentStore.List and incidents.lua). nil counts nowhere.
+	Malformed state.Counter
 }
 
 // IncidentStore keeps the incidents the state derives in Redis. It is the
 // state's Config.Incidents: Incident only queues a record; Run writes the
 // queue every second, merged by id. List reads the history.
+//
+// Whatever the events say, the history is bounded: each record to
+// incidentRecordMax bytes (incidents_bounds.go), the hash to Max + Max/4
+// records; readers share one read a second; a stored value that is not a
+// record is skipped, counted and replaced, never fatal.
 type IncidentStore struct {
-	rdb redis.UniversalClient
-	key string
-	opt IncidentOptions
-	log *slog.Logger
+	rdb  redis.UniversalClient
+	key  string
+	opt  IncidentOptions
+	log  *slog.Logger
+	read *sharedRead[[]state.Incident]
 
 	mu      sync.Mutex
 	pending map[string]state.Incident
-	full    bool // pending reached incidentsPendingMax since the last write (logged once)
+	full    bool            // pending reached incidentsPendingMax since the last write (logged once)
+	bad     map[string]bool // ids of the values the last read could not parse (each counted once)
 }
 
 var _ state.IncidentSink = (*IncidentStore)(nil)
@@ -99,8 +115,10 @@ func NewIncidentStore(rdb redis.UniversalClient, stream string, opt *IncidentOpt
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &IncidentStore{rdb: rdb, key: IncidentsKey(stream), opt: o,
+	s := &IncidentStore{rdb: rdb, key: IncidentsKey(stream), opt: o,
 		log: o.Logger.With("component", "incidents", "key", IncidentsKey(stream)), pending: make(map[string]state.Incident)}
+	s.read = newSharedRead(s.readAll, incidentsFresh, incidentsReadTimeout, o.Now)
+	return s
 }
 
 // Incident queues a record for the next write, merged with what is queued
@@ -108,10 +126,11 @@ func NewIncidentStore(rdb redis.UniversalClient, stream string, opt *IncidentOpt
 // held); past incidentsPendingMax queued incidents new ones are dropped
 // (the other replicas still write them).
 func (s *IncidentStore) Incident(in state.Incident) {
+	in = clipIncident(in)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if p, ok := s.pending[in.ID]; ok {
-		s.pending[in.ID] = state.Merge(p, in)
+		s.pending[in.ID] = clipIncident(state.Merge(p, in))
 		return
 	}
 	if len(s.pending) >= incidentsPendingMax {
@@ -171,9 +190,12 @@ func (s *IncidentStore) Flush(ctx context.Context) error {
 	}
 	slices.Sort(ids)
 	now := s.opt.Now()
+	defer s.read.invalidate()
 	for len(ids) > 0 {
 		part := ids[:min(len(ids), incidentsPerCall)]
-		args := []any{s.opt.Max, now.Add(-s.opt.MaxAge).UnixMilli(), s.opt.MaxAge.Milliseconds(), state.MaxIncidentKeys, state.MaxIncidentOwners}
+		args := []any{s.opt.Max, now.Add(-s.opt.MaxAge).UnixMilli(), s.opt.MaxAge.Milliseconds(),
+			state.MaxIncidentKeys, state.MaxIncidentOwners, incidentKeysBytes, incidentOwnerBytes,
+			base64.StdEncoding.EncodedLen(incidentDetailMax), incidentWordMax, incidentLeasesBytes}
 		for _, id := range part {
 			b, err := json.Marshal(recordOf(batch[id]))
 			if err != nil {
@@ -181,9 +203,16 @@ func (s *IncidentStore) Flush(ctx context.Context) error {
 			}
 			args = append(args, id, b)
 		}
-		if err := incidentsScript.Run(ctx, s.rdb, []string{s.key}, args...).Err(); err != nil {
+		res, err := incidentsScript.Run(ctx, s.rdb, []string{s.key}, args...).Int64Slice()
+		if err != nil {
 			s.requeue(batch, ids)
 			return err
+		}
+		if len(res) == 2 && res[1] > 0 {
+			s.log.Warn("incident history: stored values that were not incident records were replaced or dropped", "count", res[1])
+			if s.opt.Malformed != nil {
+				s.opt.Malformed.Add(float64(res[1]))
+			}
 		}
 		ids = ids[len(part):]
 	}
@@ -207,28 +236,55 @@ func (s *IncidentStore) requeue(batch map[string]state.Incident, ids []string) {
 
 // List returns up to limit incidents of the history, the most recently
 // started first (open ones among them as they started), leaving out those
-// last active longer than MaxAge ago.
+// last active longer than MaxAge ago. Every List within incidentsFresh of
+// a read shares it (and its records: the caller must not modify them).
 func (s *IncidentStore) List(ctx context.Context, limit int) ([]state.Incident, error) {
+	all, err := s.read.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if limit > 0 && len(all) > limit {
+		all = all[:limit:limit]
+	}
+	return all, nil
+}
+
+// readAll reads and sorts the whole history: the one read that every List
+// within incidentsFresh shares. A value that is not a record is skipped
+// and counted once per id.
+func (s *IncidentStore) readAll(ctx context.Context) ([]state.Incident, error) {
 	all, err := s.rdb.HGetAll(ctx, s.key).Result()
 	if err != nil {
 		return nil, err
 	}
 	cutoff := s.opt.Now().Add(-s.opt.MaxAge)
 	out := make([]state.Incident, 0, len(all))
-	var bad int
+	bad := make(map[string]bool)
 	for id, v := range all {
 		in, err := parseRecord(id, v)
 		if err != nil {
-			bad++
+			bad[id] = true
 			continue
 		}
 		if in.Start.Before(cutoff) && in.End.Before(cutoff) {
 			continue
 		}
-		out = append(out, in)
+		out = append(out, clipIncident(in))
 	}
-	if bad > 0 {
-		s.log.Warn("incident history: records that could not be read were skipped", "count", bad)
+	s.mu.Lock()
+	fresh := 0
+	for id := range bad {
+		if !s.bad[id] {
+			fresh++
+		}
+	}
+	s.bad = bad // only the ids still stored: bounded by the hash
+	s.mu.Unlock()
+	if fresh > 0 {
+		s.log.Warn("incident history: stored values that are not incident records were skipped", "count", fresh, "skipped_now", len(bad))
+		if s.opt.Malformed != nil {
+			s.opt.Malformed.Add(float64(fresh))
+		}
 	}
 	slices.SortFunc(out, func(a, b state.Incident) int {
 		if c := b.Start.Compare(a.Start); c != 0 {
@@ -236,9 +292,6 @@ func (s *IncidentStore) List(ctx context.Context, limit int) ([]state.Incident, 
 		}
 		return cmp.Compare(a.ID, b.ID)
 	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
 	return out, nil
 }
 
@@ -255,6 +308,11 @@ type record struct {
 	EndedBy string   `json:"ended_by,omitempty"`
 	Detail  []byte   `json:"detail,omitempty"`
 	Count   int      `json:"count,omitempty"`
+	// An overlap's (state.IncidentOverlap).
+	Cause    string   `json:"cause,omitempty"`
+	Leases   [][]byte `json:"leases,omitempty"`
+	Renewals int      `json:"renewals_refused,omitempty"`
+	Writes   int      `json:"writes_refused,omitempty"`
 }
 
 func recordOf(in state.Incident) record {
@@ -271,15 +329,21 @@ func recordOf(in state.Incident) record {
 	for _, o := range in.Owners {
 		r.Owners = append(r.Owners, []byte(o))
 	}
+	r.Cause, r.Renewals, r.Writes = in.Cause, in.RenewalsRefused, in.WritesRefused
+	for _, l := range in.Leases {
+		r.Leases = append(r.Leases, []byte(l))
+	}
 	return r
 }
 
 // storedRecord is record as read back: Lua writes its numbers as floats.
 type storedRecord struct {
 	record
-	Start float64 `json:"start"`
-	End   float64 `json:"end"`
-	Count float64 `json:"count"`
+	Start    float64 `json:"start"`
+	End      float64 `json:"end"`
+	Count    float64 `json:"count"`
+	Renewals float64 `json:"renewals_refused"`
+	Writes   float64 `json:"writes_refused"`
 }
 
 func parseRecord(id, v string) (state.Incident, error) {
@@ -297,6 +361,10 @@ func parseRecord(id, v string) (state.Incident, error) {
 	}
 	for _, k := range r.Keys {
 		in.Keys = append(in.Keys, string(k))
+	}
+	in.Cause, in.RenewalsRefused, in.WritesRefused = r.Cause, int(r.Renewals), int(r.Writes)
+	for _, l := range r.Leases {
+		in.Leases = append(in.Leases, string(l))
 	}
 	for _, o := range r.Owners {
 		in.Owners = append(in.Owners, string(o))

@@ -236,7 +236,7 @@ func settle(out chan<- batch) {
 // or every 30s) and waits before the next attempt.
 func (f *fetcher) fail(ctx context.Context, err error) {
 	reason := f.c.describe(err)
-	f.c.agg.SetHealth(reason)
+	f.c.agg.SetPartitionHealth(f.c.opt.Partition, reason)
 	f.healthy = false
 	if msg := reason.Error(); msg != f.failing || time.Since(f.logged) >= 30*time.Second {
 		f.c.log.Warn("stream ingest failing; keeping the last state and retrying", "err", msg)
@@ -252,7 +252,7 @@ func (f *fetcher) ok() {
 	if f.failing != "" {
 		f.c.log.Info("stream ingest reading again", "after", f.failing)
 	}
-	f.c.agg.SetHealth(nil)
+	f.c.agg.SetPartitionHealth(f.c.opt.Partition, nil)
 	f.healthy, f.failing = true, ""
 	f.bo.reset()
 }

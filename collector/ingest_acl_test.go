@@ -9,11 +9,11 @@ import (
 
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // collectorACL is the least a collector needs (documented in the report and
-// README): its stream, its group, the expired keyevent channel, and for the
+// docs/acl.md): its stream, its group, the expired keyevent channel, and for the
 // passive watch of lock:* the keyspace channel plus read access to those keys.
 var collectorACL = []any{
 	"resetkeys", "~lockscope:events", "%R~lock:*",

@@ -7,7 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockscope/lockscope/collector/state"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestRunLeavesNoGoroutines(t *testing.T) {

@@ -47,6 +47,10 @@ type gapTracker struct {
 	gen uint64
 	off int64 // entries the group's entries-read is known to be short by
 	lag int64 // last lag reported
+
+	last   string // the stream's last entry at the last poll
+	rebase bool   // the stream lost writes: the next update takes its deficit as known (failover.go)
+	backAt string // the last applied entry a loss was reported for (failover.go)
 }
 
 // inspect reads the stream's and groups' state, reports lag, pending and any
@@ -65,13 +69,17 @@ func (c *Feeder) inspect(ctx context.Context) (*streamInfo, map[string]groupInfo
 		// rebuild reports what it missed.
 		return si, groups, nil
 	}
+	if err := c.checkLostWrites(ctx, si, g); err != nil {
+		return nil, nil, err
+	}
+	c.gaps.last = si.lastGenerated
 	missing, lag := c.gaps.update(c.groupGen.Load(), si, g)
 	if missing > 0 {
 		c.agg.StreamGap(missing)
 		c.log.Warn("stream trimmed past entries the group had not read: events lost (keep more: the emitters' MaxAge, 15 minutes by default; or add collector capacity)",
 			"missing", missing, "last_delivered", g.lastDelivered, "first_entry", si.firstID)
 	}
-	c.agg.SetStreamStats(lag, g.pending)
+	c.agg.SetPartitionStreamStats(c.opt.Partition, lag, g.pending)
 	return si, groups, nil
 }
 
@@ -91,6 +99,17 @@ func (t *gapTracker) update(gen uint64, s *streamInfo, g groupInfo) (missing, la
 		return 0, t.lag
 	}
 	behindFirst := !caughtUp && (s.firstID == "" || idLess(g.lastDelivered, s.firstID))
+	if t.rebase {
+		t.rebase = false
+		switch {
+		case caughtUp:
+			t.off = max(s.entriesAdded-g.entriesRead, 0)
+		case behindFirst:
+			t.off = max(s.entriesAdded-s.length-g.entriesRead, 0)
+		default:
+			t.off = 0
+		}
+	}
 	switch {
 	case caughtUp:
 		deficit := s.entriesAdded - g.entriesRead

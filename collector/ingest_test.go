@@ -19,8 +19,8 @@ import (
 	"github.com/lockscope/lockscope/collector/promexport"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/syncbuf"
 )
 
 // Test helpers shared by the collector's ingest and watch tests.

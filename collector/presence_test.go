@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/lockscope/lockscope/collector/state"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestSecondProcessAsTheSameReplicaIsRefused(t *testing.T) {

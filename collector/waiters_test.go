@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/collector/state"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
-// Three callers wait for one key: they show up within a second of starting
-// to wait, and are gone within a second of their wait ending.
+// Three callers wait for one key: they show up once they start to wait, and
+// are gone once their wait ends (how soon, a second on a quiet host, is
+// logged: a loaded host is slower, and the test must not fail for it).
 func TestWaitersLive(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
@@ -47,7 +48,7 @@ func TestWaitersLive(t *testing.T) {
 			l.Release(ctx)
 		})
 	}
-	redistest.WaitFor(t, time.Second, "three waiters shown", func() bool {
+	redistest.WaitFor(t, waitLimit, "three waiters shown", func() bool {
 		d, _ := agg.Lock(key)
 		return agg.Overview().Waiters == 3 && d.Waiters == 3 && len(d.WaitersNow) == 3 && metric(t, reg, "lockscope_waiters") == 3
 	})
@@ -70,15 +71,15 @@ func TestWaitersLive(t *testing.T) {
 	}
 	released := time.Now()
 	wg.Wait()
-	redistest.WaitFor(t, time.Second, "waiters cleared", func() bool {
+	redistest.WaitFor(t, waitLimit, "waiters cleared", func() bool {
 		return agg.Overview().Waiters == 0 && metric(t, reg, "lockscope_waiters") == 0
 	})
 	t.Logf("waiters cleared %v after the holder released", time.Since(released).Round(time.Millisecond))
 }
 
 // A holds x and waits for y while B holds y and waits for x (nested Do): one
-// cycle, reported while it happens, counted once; it clears when the waits
-// time out. Plain contention is no cycle.
+// cycle, reported while it happens, counted once; it clears when a wait
+// ends. Plain contention is no cycle.
 func TestDeadlockDetected(t *testing.T) {
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
@@ -94,24 +95,30 @@ func TestDeadlockDetected(t *testing.T) {
 	both := make(chan struct{})
 	var ready sync.WaitGroup
 	ready.Add(2)
-	run := func(owner, first, second string) error {
+	// The waits last until the test has seen the cycle and ends one (or
+	// 30 s): a loaded host sees it late, never misses it.
+	quitA, breakA := context.WithCancel(ctx)
+	defer breakA()
+	run := func(quit context.Context, owner, first, second string) error {
 		c := lock.New(rdb, &lock.Options{Owner: owner, Recorder: em})
 		return c.Do(ctx, first, time.Minute, nil, func(ctx context.Context) error {
 			ready.Done()
 			<-both
-			wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()
+			stop := context.AfterFunc(quit, cancel)
+			defer stop()
 			_, err := c.Obtain(wctx, second, time.Minute, &lock.ObtainOptions{Retry: lock.LinearBackoff(20 * time.Millisecond)})
 			return err
 		})
 	}
 	errs := make(chan error, 2)
-	go func() { errs <- run("service-a", x, y) }()
-	go func() { errs <- run("service-b", y, x) }()
+	go func() { errs <- run(quitA, "service-a", x, y) }()
+	go func() { errs <- run(ctx, "service-b", y, x) }()
 	ready.Wait()
 	close(both)
 	start := time.Now()
-	redistest.WaitFor(t, 2*time.Second, "one cycle", func() bool {
+	redistest.WaitFor(t, waitLimit, "one cycle", func() bool {
 		return len(agg.Blocking().Cycles) == 1 && metric(t, reg, "lockscope_deadlock_cycles") == 1
 	})
 	t.Logf("deadlock reported %v after it formed", time.Since(start).Round(time.Millisecond))
@@ -124,8 +131,9 @@ func TestDeadlockDetected(t *testing.T) {
 	if want := []string{"service-a holds x waits y", "service-b holds y waits x"}; !slices.Equal(got, want) {
 		t.Errorf("cycle = %q, want %q", got, want)
 	}
-	// The first wait to time out breaks the cycle: its Do releases its
-	// lock, which the other may then get before its own deadline.
+	// The first wait to end breaks the cycle: its Do releases its lock,
+	// which the other may then get before its own deadline.
+	breakA()
 	timedOut := 0
 	for range 2 {
 		switch err := <-errs; {
@@ -138,7 +146,7 @@ func TestDeadlockDetected(t *testing.T) {
 	if timedOut == 0 {
 		t.Error("neither deadlocked call timed out")
 	}
-	redistest.WaitFor(t, 2*time.Second, "cycle gone", func() bool { return metric(t, reg, "lockscope_deadlock_cycles") == 0 })
+	redistest.WaitFor(t, waitLimit, "cycle gone", func() bool { return metric(t, reg, "lockscope_deadlock_cycles") == 0 })
 	if n := metric(t, reg, "lockscope_deadlocks_detected_total"); n != 1 {
 		t.Errorf("lockscope_deadlocks_detected_total = %v, want 1", n)
 	}

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockscope/lockscope/collector/internal/glob"
+	"github.com/lockscope/lockscope/event/class"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -144,7 +144,7 @@ func (c *Feeder) confirmExpiries(ctx context.Context, n watchNode) {
 // watched reports whether key matches one of the Watch patterns.
 func (c *Feeder) watched(key string) bool {
 	for _, r := range c.rules {
-		if glob.Match(r.pattern, key) {
+		if class.Match(r.pattern, key) {
 			return true
 		}
 	}

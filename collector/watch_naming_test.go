@@ -16,7 +16,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 
 	"github.com/lockscope/lockscope/collector/state"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -32,8 +32,10 @@ func repoRoot(t *testing.T) string {
 
 // Each library's holders are named for it: 60 locks taken with each of
 // redislock, redsync (the Go libraries), redis-py (Debian's python3-redis)
-// and node-redlock (redlock 4, pinned in tools/foreign), all under one
-// --watch '*' that takes nothing but known libraries' tokens for locks.
+// and node-redlock (redlock 4, pinned in tools/foreign), under patterns
+// that take nothing but known libraries' tokens for locks: redis-py's
+// under '*' (its uuid1 says which library wrote it), the others' random
+// tokens under a pattern that names their keys.
 // Every one of the 240 is seen held and named by its library (an older rule
 // named 2 % of redislock's tokens "foreign"), and the Python client names
 // each holder as Go does.
@@ -42,7 +44,7 @@ func TestWatchNamesHoldersByLibrary(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	agg, _ := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{Stream: "lockscope:events", Replica: "names", Watch: []string{"*"}})
+	c := startFeeder(t, rdb, agg, &Options{Stream: "lockscope:events", Replica: "names", Watch: []string{"rl:*", "rs:*", "nr:*", "*"}})
 	waitSynced(t, c, 1)
 
 	const n = 60

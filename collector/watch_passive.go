@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockscope/lockscope/collector/internal/glob"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/event/class"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -113,7 +113,7 @@ func (w *passiveWatcher) handle(ctx context.Context, m *redis.Message) {
 	case "set", "expire", "persist", "hset", "hincrby", "hdel":
 		w.observe(ctx, key)
 	case "del":
-		w.released(key)
+		w.deleted(ctx, key)
 	case "expired", "evicted":
 		w.expired(key)
 	}
@@ -122,7 +122,7 @@ func (w *passiveWatcher) handle(ctx context.Context, m *redis.Message) {
 // patternOf returns the index of the first pattern matching key, or -1.
 func (w *passiveWatcher) patternOf(key string) int {
 	for i, r := range w.rules {
-		if glob.Match(r.pattern, key) {
+		if class.Match(r.pattern, key) {
 			return i
 		}
 	}
@@ -156,11 +156,12 @@ func (w *passiveWatcher) isLock(r *reading) bool {
 	if own(r.value) {
 		return false // the library's own locks come through the stream
 	}
-	if lock.ForeignKind(r.value) != "" {
-		return true
-	}
+	k := lock.ForeignKind(r.value)
 	if i < 0 {
-		return false
+		return k != "" // no pattern told (the patterns match what Redis sent): the shape alone
+	}
+	if k != "" && (selfNamed[k] || w.rules[i].named) {
+		return true
 	}
 	switch w.rules[i].kind {
 	case WatchAny:
@@ -184,12 +185,7 @@ func (w *passiveWatcher) update(r *reading, resync bool) bool {
 	}
 	// Redis evaluated PTTL somewhere between sent and received: the
 	// deadline lies in [sent+pttl, received+pttl] by the local clock.
-	var ttl time.Duration
-	var dl deadline
-	if r.pttl > 0 {
-		ttl = r.pttl
-		dl = deadline{lo: r.sent.Add(r.pttl), hi: time.Now().Add(r.pttl)}
-	}
+	ttl, dl := r.deadline()
 	owner := r.owner()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -207,7 +203,13 @@ func (w *passiveWatcher) update(r *reading, resync bool) bool {
 		}
 		return true
 	}
-	_, known := w.held[key]
+	prev, known := w.held[key]
+	if prev != nil {
+		// Another holder now: the previous hold ended, though its del (or
+		// expiry) had not been seen yet when the key was read (a Redisson
+		// waiter takes the lock the moment the holder's unlock deletes it).
+		w.emit(event.Event{Type: event.Released, Key: key, Owner: prev.owner, Hold: max(now.Sub(prev.since), 0), TS: now.UnixNano(), Passive: true})
+	}
 	if !known && len(w.held) >= maxPassive {
 		if !w.fullShown {
 			w.fullShown = true
@@ -278,6 +280,45 @@ func (d deadline) headroom(sent time.Time) time.Duration {
 
 // passed reports whether the deadline has certainly passed at now.
 func (d deadline) passed(now time.Time) bool { return !d.lo.IsZero() && now.After(d.hi) }
+
+// deadline is the TTL r read and when the key expires by it (zero: none).
+func (r *reading) deadline() (time.Duration, deadline) {
+	if r.pttl <= 0 {
+		return 0, deadline{}
+	}
+	// Redis evaluated PTTL somewhere between sent and received: the
+	// deadline lies in [sent+pttl, received+pttl] by the local clock.
+	return r.pttl, deadline{lo: r.sent.Add(r.pttl), hi: time.Now().Add(r.pttl)}
+}
+
+// deleted handles a "del" of key. It may be old news: the key was read
+// after it was deleted and taken again (a Redisson hand-off: the unlock's
+// HINCRBY, read once the next waiter holds it, then the DEL), and the
+// hold is the one now held. So the key is read again: gone, the hold
+// ended; the same holder with the same deadline, nothing changed since the
+// reading that found it; anything else, the key changed hands (update
+// ends the previous hold); the same holder with a new deadline took it
+// anew.
+func (w *passiveWatcher) deleted(ctx context.Context, key string) {
+	r := readKeys(ctx, w.node.rdb, []string{key})[0]
+	if r.failed != nil || r.gone || !w.isLock(&r) {
+		w.released(key)
+		return
+	}
+	_, dl := r.deadline()
+	w.mu.Lock()
+	h := w.held[key]
+	same := h != nil && h.owner == r.owner()
+	current := same && h.deadline.same(dl)
+	w.mu.Unlock()
+	if current {
+		return
+	}
+	if same {
+		w.released(key)
+	}
+	w.update(&r, false)
+}
 
 func (w *passiveWatcher) released(key string) {
 	w.mu.Lock()

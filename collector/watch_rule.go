@@ -5,16 +5,21 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/lockscope/lockscope/collector/internal/glob"
+	"github.com/lockscope/lockscope/event/class"
 )
 
 // Watch rules. A watched key is a lock when its value has the shape of a
-// known library's lock, whatever the pattern that matched it: a redis-py,
-// node-redlock, redsync or redislock token (lock.ForeignKind), with or
-// without a TTL (a lock without one never expires: it is shown with a
-// warning). Any other value is a plain value (a session, a counter, a cache
-// entry), not a lock, unless the pattern says what else its keys' locks
-// hold, as "PATTERN=KIND":
+// known library's lock: a redis-py, node-redlock, redsync or redislock
+// token (lock.ForeignKind), with or without a TTL (a lock without one never
+// expires: it is shown with a warning). Under a pattern of wildcards only
+// ("*", "?*"), which matches the sessions, API keys and cache entries too,
+// only a shape that says which library wrote it counts: redis-py's uuid1
+// (its version, variant and a timestamp of these years); node-redlock's
+// 32 hex digits and redsync's and redislock's base64 of 16 bytes are what
+// any random token looks like, and are locks only under a pattern that
+// names its keys ("lock:*"). Any other value is a plain value (a session,
+// a counter, a cache entry), not a lock, unless the pattern says what else
+// its keys' locks hold, as "PATTERN=KIND":
 //
 //	ttl        any string value with a TTL too (SETNX key 1 + EXPIRE, a host name)
 //	any        any string value, with or without a TTL
@@ -32,6 +37,32 @@ const (
 type watchRule struct {
 	pattern string
 	kind    string // "", WatchTTL or WatchAny
+	named   bool   // the pattern has literal text: it names a family of keys (see above)
+}
+
+// selfNamed are the lock.ForeignKind shapes that tell their library under
+// any pattern.
+var selfNamed = map[string]bool{"redis-py": true}
+
+// namesKeys reports whether a Redis glob pattern has literal text, outside
+// its wildcards and [classes].
+func namesKeys(pattern string) bool {
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '*', '?':
+		case '\\':
+			return i+1 < len(pattern)
+		case '[':
+			for i++; i < len(pattern) && pattern[i] != ']'; i++ {
+				if pattern[i] == '\\' {
+					i++
+				}
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 // ParseWatch splits a Watch entry "PATTERN[=KIND]" into its Redis glob
@@ -84,7 +115,7 @@ func watchRules(entries []string, noTTL bool) []watchRule {
 		if k == "" && noTTL {
 			k = WatchAny
 		}
-		out = append(out, watchRule{pattern: p, kind: k})
+		out = append(out, watchRule{pattern: p, kind: k, named: namesKeys(p)})
 	}
 	return out
 }
@@ -99,7 +130,7 @@ func SemaphoreMatcher(entries []string) func(key string) bool {
 	}
 	return func(key string) bool {
 		for _, r := range rules {
-			if glob.Match(r.pattern, key) {
+			if class.Match(r.pattern, key) {
 				return r.kind == WatchSemaphore
 			}
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/lockscope/lockscope/collector/internal/evtest"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -335,11 +335,18 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 			rdb.Set(ctx, "rate:1", "17", time.Minute)
 			rdb.Set(ctx, "py:lock", pyToken, 0) // a redis-py Lock without timeout
 			rdb.Set(ctx, "nx:lock", "cron@host-7", 30*time.Second)
-			redistest.WaitFor(t, waitLimit, "the real locks seen", func() bool { return lockInfo(agg, "py:lock").Held && lockInfo(agg, "job:1").Held })
-			time.Sleep(300 * time.Millisecond) // every notification handled
+			// Written last, a lock in every mode: one goroutine handles the
+			// notifications in order, so once it is seen so is every one
+			// before it.
+			rdb.Set(ctx, "zz:last", pyToken, time.Minute)
+			redistest.WaitFor(t, waitLimit, "the real locks seen", func() bool {
+				return lockInfo(agg, "py:lock").Held && lockInfo(agg, "job:1").Held && lockInfo(agg, "zz:last").Held
+			})
 			var held []string
 			for _, l := range agg.Locks(state.LockQuery{HeldOnly: true, Limit: 500}).Locks {
-				held = append(held, l.Key)
+				if l.Key != "zz:last" {
+					held = append(held, l.Key)
+				}
 			}
 			slices.Sort(held)
 			if !slices.Equal(held, tc.want) {
@@ -401,5 +408,19 @@ func TestSemaphoreMatcher(t *testing.T) {
 	}
 	if m := SemaphoreMatcher([]string{"*", "sem:*=semaphore"}); m("sem:exports") {
 		t.Error("a key matching an earlier pattern without a kind is a semaphore's")
+	}
+}
+
+// A pattern names a family of keys when it has literal text: then a random
+// token (node-redlock's, redsync's, redislock's) under it is a lock; a
+// pattern of wildcards alone matches sessions and API keys too.
+func TestNamesKeys(t *testing.T) {
+	for p, want := range map[string]bool{
+		"*": false, "**": false, "?*": false, "[a-z]*": false, `[\]]*`: false,
+		"lock:*": true, "*:lock": true, "a": true, `\*`: true, "[ab]x*": true,
+	} {
+		if got := namesKeys(p); got != want {
+			t.Errorf("namesKeys(%q) = %v, want %v", p, got, want)
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lockscope/lockscope/event"
@@ -22,8 +21,8 @@ var passiveWriteScript = redis.NewScript(passiveWriteLua)
 // one goroutine appends them to the stream in packed entries, in order, each
 // with the script above, so that only the lease's current holder writes.
 const (
-	// passiveMaxAge trims the stream by age (MINID ~, on the stream's own
-	// clock) as the watcher writes: a bound for a stream only the watcher
+	// passiveMaxAge trims the stream by age (MINID ~, by event.Retention's
+	// rule: on Redis's clock) as the watcher writes: a bound for a stream only the watcher
 	// writes to, four times the emitters' default (15 minutes), so that it
 	// does not trim what they keep unless they were told to keep more.
 	passiveMaxAge   = time.Hour
@@ -48,7 +47,7 @@ type passiveWriter struct {
 	wake     chan struct{}
 	failing  string
 	failedAt time.Time
-	newest   atomic.Int64 // ms time of the newest entry ID written
+	ret      *event.Retention // the stream's age rule (passiveMaxAge)
 }
 
 func newPassiveWriter(c *Feeder, fence int64, resign context.CancelFunc) *passiveWriter {
@@ -58,6 +57,7 @@ func newPassiveWriter(c *Feeder, fence int64, resign context.CancelFunc) *passiv
 		keys:   []string{watcherFenceKey(c.opt.Stream), c.opt.Stream},
 		resign: resign,
 		wake:   make(chan struct{}, 1),
+		ret:    event.NewRetention(passiveMaxAge),
 	}
 }
 
@@ -146,11 +146,8 @@ func (p *passiveWriter) flush(ctx context.Context) error {
 
 // write appends evs as one packed entry (none: only raises the fence).
 func (p *passiveWriter) write(ctx context.Context, evs []event.Event) error {
-	minID := int64(0)
-	if t := p.newest.Load(); t > passiveMaxAge.Milliseconds() {
-		minID = t - passiveMaxAge.Milliseconds()
-	}
-	args := []any{p.fence, minID}
+	event.SyncClock(func() (time.Time, error) { return p.c.rdb.Time(ctx).Result() }, p.ret)
+	args := []any{p.fence, p.ret.MinID(time.Now())}
 	if len(evs) > 0 {
 		batch, ext := event.PackAll(evs)
 		args = append(args, event.PackedEntry(len(evs), batch, ext)...)
@@ -165,9 +162,7 @@ func (p *passiveWriter) write(ctx context.Context, evs []event.Event) error {
 			return errFenced
 		}
 	case string: // the new entry's ID
-		if id, ok := parseID(r); ok && int64(id.ms) > p.newest.Load() {
-			p.newest.Store(int64(id.ms))
-		}
+		p.ret.Written(r)
 	}
 	return nil
 }

@@ -19,6 +19,9 @@ type blockingView struct {
 	Waiters string
 	Holders []blockingRow
 	Chains  []chainView
+	// LockOrder is the lock-order section (lockorder.go): the deadlocks
+	// that have not happened yet.
+	LockOrder lockOrderView
 }
 
 type blockingRow struct {
@@ -56,7 +59,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 	b := s.q.Blocking()
 	v := blockingView{Page: s.page(r, "Blocking", "blocking"), Waiters: waitingSentence(b.Waiters)}
 	for _, h := range b.Holders {
-		row := blockingRow{Key: newKeyCell(h.Key), Class: classText(h.Class), Waiters: fmtCount(h.Waiters),
+		row := blockingRow{Key: newKeyCell(h.Key), Class: h.Class, Waiters: fmtCount(h.Waiters),
 			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting,
 			HeldFor: "not seen yet", Trace: s.traceRef(h.Trace)}
 		row.Owner, row.OwnerT = ownerText(h.Owner)
@@ -92,6 +95,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 		}
 		v.Chains = append(v.Chains, cv)
 	}
+	v.LockOrder = newLockOrderView(s.q.LockOrder(""), "", now)
 	s.render(w, r, http.StatusOK, blockingPage(v))
 }
 

@@ -51,8 +51,9 @@ const (
 
 // query names one computation: its kind, and for Locks its query.
 type query struct {
-	kind  uint8
-	locks state.LockQuery
+	kind   uint8
+	locks  state.LockQuery
+	window time.Duration // qClassStats
 }
 
 const (
@@ -60,6 +61,7 @@ const (
 	qStuck
 	qBlocking
 	qDeadlocks
+	qClassStats
 )
 
 // answer is one computation, running or done.
@@ -161,4 +163,10 @@ func (s *sharedQuerier) Blocking() state.Blocking {
 
 func (s *sharedQuerier) Deadlocks() []state.Cycle {
 	return s.get(query{kind: qDeadlocks}, func() any { return s.Querier.Deadlocks() }).([]state.Cycle)
+}
+
+// ClassStats is shared: the overview asks for it on every render (its
+// advice count), the classes page and the advice API too.
+func (s *sharedQuerier) ClassStats(window time.Duration) []state.ClassStats {
+	return s.get(query{kind: qClassStats, window: window}, func() any { return s.Querier.ClassStats(window) }).([]state.ClassStats)
 }

@@ -2,12 +2,15 @@ package dashboard
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // slowLocks is a Querier whose Locks takes took by the test's clock and
@@ -63,12 +66,8 @@ func TestSharedQuerierJoinsARunningComputation(t *testing.T) {
 	for i := range readers {
 		wg.Go(func() { got[i] = s.Locks(state.LockQuery{Search: "x"}) })
 	}
-	for q.calls.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	for joined.Load() < readers-1 { // every other reader waits for it
-		time.Sleep(time.Millisecond)
-	}
+	redistest.WaitFor(t, 30*time.Second, "the computation to start", func() bool { return q.calls.Load() > 0 })
+	redistest.WaitFor(t, 30*time.Second, "every other reader to wait for it", func() bool { return joined.Load() == readers-1 })
 	close(q.release)
 	wg.Wait()
 	if n := q.calls.Load(); n != 1 {
@@ -121,10 +120,14 @@ func TestSharedQuerierBoundsComputations(t *testing.T) {
 	for i := range 20 {
 		wg.Go(func() { s.Locks(state.LockQuery{Search: fmt.Sprint(i)}) })
 	}
-	for q.running.Load() < slots {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // time for a computation past the bound to start, were there one
+	// Every request is computing or waiting for a slot: none is on its way
+	// to a computation it could start past the bound.
+	redistest.WaitFor(t, 30*time.Second, "every request computing or waiting for a slot", func() error {
+		if r, w := q.running.Load(), slotWaiters(); r+int64(w) != 20 {
+			return fmt.Errorf("%d computing, %d waiting for a slot", r, w)
+		}
+		return nil
+	})
 	close(q.release)
 	wg.Wait()
 	if m := q.most.Load(); m != slots {
@@ -133,4 +136,26 @@ func TestSharedQuerierBoundsComputations(t *testing.T) {
 	if n := q.calls.Load(); n != 20 {
 		t.Errorf("%d computations for 20 distinct queries, want 20", n)
 	}
+}
+
+// slotWaiters counts the goroutines blocked on a computation slot of a
+// sharedQuerier (the send on its builds channel), from a dump of every
+// goroutine's stack.
+func slotWaiters() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	waiting := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, " [chan send") && strings.Contains(g, "(*sharedQuerier).get(") {
+			waiting++
+		}
+	}
+	return waiting
 }

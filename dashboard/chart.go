@@ -254,6 +254,17 @@ type timelineView struct {
 	Ticks []tlTick
 	Empty bool
 	From  string // how far back the axis reaches
+	// Overlaps shade the windows in which two holders held the key at
+	// once, across both holders' lanes, with their length.
+	Overlaps []tlShade
+}
+
+// tlShade is one overlap on the timeline.
+type tlShade struct {
+	X, Y, W, H     string
+	LabelX, LabelY string
+	Label          string // "overlap 3.01s"
+	Tip            string
 }
 
 type tlLane struct {
@@ -294,7 +305,7 @@ type tlHolder struct {
 	Since        time.Time
 }
 
-func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timelineView {
+func newTimeline(events []event.Event, now time.Time, holder *tlHolder, overlaps []state.Incident) timelineView {
 	v := timelineView{W: tlW}
 	if len(events) == 0 {
 		v.Empty = true
@@ -373,6 +384,8 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 		}
 		tip := fmtClock(e.Time()) + " " + e.Type.String() + " · " + owner
 		switch {
+		case e.Type == event.Requested:
+			tip += requestedTip(e)
 		case e.Wait > 0:
 			tip += " · waited " + fmtDuration(e.Wait)
 		case e.Hold > 0:
@@ -398,6 +411,30 @@ func newTimeline(events []event.Event, now time.Time, holder *tlHolder) timeline
 	}
 	for _, o := range holds {
 		closeSpan(o, end, " (still held)", true)
+	}
+	// Each overlap: the first holder worked on, in its lane, while the
+	// second held the key; the window both held it is shaded across
+	// their lanes.
+	for _, ov := range overlaps {
+		from, to := max(ov.Start.UnixNano(), start), min(ov.End.UnixNano(), end)
+		if len(ov.Owners) == 0 || to <= from {
+			continue
+		}
+		first, _ := keytext.Visible(ov.Owners[0])
+		second := first
+		la, lb := laneOf(ov.Owners[0]), laneOf(ov.Owners[0])
+		if len(ov.Owners) > 1 {
+			second, _ = keytext.Visible(ov.Owners[1])
+			lb = laneOf(ov.Owners[1])
+		}
+		length := fmtDuration(ov.End.Sub(ov.Start).Truncate(time.Millisecond))
+		x0, x1 := xOf(from), xOf(to)
+		v.Spans = append(v.Spans, tlSpan{X: f1(x0), W: f1(math.Max(tlMinSpanW, x1-x0)), Y: strconv.Itoa(la*tlLaneH + 6), H: strconv.Itoa(tlLaneH - 12),
+			Tip: first + " worked on while " + second + " held the lock: " + length + " (" + ov.Cause + ")"})
+		top, bottom := min(la, lb), max(la, lb)+1
+		v.Overlaps = append(v.Overlaps, tlShade{X: f1(x0), W: f1(math.Max(tlMinSpanW, x1-x0)), Y: strconv.Itoa(top * tlLaneH),
+			H: strconv.Itoa((bottom - top) * tlLaneH), LabelX: f1(x0 + 3), LabelY: strconv.Itoa(top*tlLaneH + 10), Label: "overlap " + length,
+			Tip: "two holders at once: " + first + " and " + second + " for " + length + " (" + ov.Cause + "; " + state.Fencing(ov.WritesRefused) + ")"})
 	}
 	// Spans first in document order would be nicer for reading, but marks
 	// must paint over spans; keep span order stable for tests.
@@ -440,6 +477,8 @@ func glyph(t event.Type) string {
 		return "M" + f1(-r) + "," + f1(-r) + " L" + f1(r) + "," + f1(r) + " M" + f1(-r) + "," + f1(r) + " L" + f1(r) + "," + f1(-r)
 	case event.Expired, event.Forced: // a diamond
 		return "M0," + f1(-r-1) + " L" + f1(r+1) + ",0 L0," + f1(r+1) + " L" + f1(-r-1) + ",0 Z"
+	case event.Requested: // a triangle
+		return "M0," + f1(-r-1) + " L" + f1(r+1) + "," + f1(r) + " L" + f1(-r-1) + "," + f1(r) + " Z"
 	case event.Renewed: // a small dot
 		return "M-2,0 a2,2 0 1,0 4,0 a2,2 0 1,0 -4,0"
 	default: // a circle

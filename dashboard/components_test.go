@@ -270,7 +270,7 @@ func TestTimeline(t *testing.T) {
 		{Type: event.Released, Owner: "a", Lease: "L1", TS: at(-6), Hold: 4 * time.Second},
 		{Type: event.Acquired, Owner: "a", Lease: "L1", TS: at(-10)},
 	}
-	v := newTimeline(evs, now, nil)
+	v := newTimeline(evs, now, nil, nil)
 	if len(v.Lanes) != 3 { // failed tries, a, b
 		t.Errorf("lanes = %d, want 3", len(v.Lanes))
 	}
@@ -293,11 +293,11 @@ func TestTimeline(t *testing.T) {
 		t.Errorf("last tick = %q, want now", got)
 	}
 	// A holder whose acquisition left the recent events still gets its span.
-	v = newTimeline(evs[:1], now, &tlHolder{Owner: "b", Lease: "L2", Since: now.Add(-time.Hour)})
+	v = newTimeline(evs[:1], now, &tlHolder{Owner: "b", Lease: "L2", Since: now.Add(-time.Hour)}, nil)
 	if len(v.Spans) != 1 || !v.Spans[0].Open || v.Spans[0].X != f1(tlLabelW) {
 		t.Errorf("holder span = %+v, want one open span from the left edge", v.Spans)
 	}
-	if e := newTimeline(nil, now, nil); !e.Empty {
+	if e := newTimeline(nil, now, nil, nil); !e.Empty {
 		t.Errorf("no events: timeline not empty")
 	}
 }

@@ -71,6 +71,10 @@ type Options struct {
 	// live from Redis, though no event names the key. serve sets it for
 	// the keys of its "PATTERN=semaphore" watch rules.
 	Semaphore SemaphoreReader
+	// ReleaseAllBudget bounds the Redis work of one release-all POST of
+	// an owner page: keys not reached within it are reported "not
+	// attempted". 0 means 30 s.
+	ReleaseAllBudget time.Duration
 }
 
 // server holds what handlers share.
@@ -174,6 +178,10 @@ func (s *server) routes() *mux.Router {
 	// GET shows the confirmation (operators only), POST releases.
 	r.Handle("/keys/{key}/release", s.operator(s.releaseConfirmPage, false)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/keys/{key}/release", s.operator(s.releasePage, false)).Methods(http.MethodPost)
+	r.Handle("/keys/{key}/ask", s.operator(s.askConfirmPage, false)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/keys/{key}/ask", s.operator(s.askPage, false)).Methods(http.MethodPost)
+	r.Handle("/owners/{owner}/ask", s.operator(s.ownerAskPage, false)).Methods(http.MethodPost)
+	r.Handle("/api/v1/locks/{key}/ask", s.operator(s.apiAsk, true)).Methods(http.MethodPost)
 
 	r.Handle("/api/v1/overview", s.apiReader(s.apiOverview)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/hotkeys", s.apiReader(s.apiHotKeys)).Methods(http.MethodGet, http.MethodHead)
@@ -183,6 +191,12 @@ func (s *server) routes() *mux.Router {
 	r.Handle("/api/v1/blocking", s.apiReader(s.apiBlocking)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/incidents", s.apiReader(s.apiIncidentsList)).Methods(http.MethodGet, http.MethodHead)
 	r.Handle("/api/v1/owners/{owner}", s.apiReader(s.apiOwnerLocks)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/lockorder", s.apiReader(s.apiLockOrder)).Methods(http.MethodGet, http.MethodHead)
+
+	r.Handle("/classes", read(s.classesPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/classes/{class}", read(s.classPage)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/classes", s.apiReader(s.apiClassesList)).Methods(http.MethodGet, http.MethodHead)
+	r.Handle("/api/v1/advice", s.apiReader(s.apiAdvice)).Methods(http.MethodGet, http.MethodHead)
 	return r
 }
 

@@ -26,6 +26,9 @@
 //	release.templ, release.go     GET, POST /keys/{key}/release, POST /api/v1/locks/{key}/release
 //	incidents.templ, incidents.go GET /incidents  GET /api/v1/incidents
 //	owner.templ, owner.go         GET /owners/{owner}, POST /owners/{owner}/release, GET /api/v1/owners/{owner}
+//	classes.templ, classes.go     GET /classes    GET /api/v1/classes
+//	class.templ, class.go         GET /classes/{class} (class_sections.templ: other features' sections)
+//	advice.go                     GET /api/v1/advice, the overview's advice tile
 //
 // A new page follows the same pattern: its .templ and .go side by side, its
 // routes added in routes (dashboard.go). What pages share stands apart:

@@ -18,7 +18,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // a11yTools is where scripts/deps.sh installs the checkers (npm ci).
@@ -65,15 +65,31 @@ func everyState(t *testing.T, f *fixture) (pages, operatorPages []string) {
 		{Type: event.Acquired, Key: p + "export:daily", Owner: "export-worker/pod-2", Lease: "l-f", TS: at(30 * time.Second), TTL: time.Minute, Attempts: 1},
 		{Type: event.Forced, Key: p + "export:daily", Owner: "export-worker/pod-2", Lease: "l-f", TS: at(25 * time.Second), By: "oncall-ana", Reason: "hung"},
 		{Type: event.Acquired, Key: p + "cfg:migrate", Owner: "migrator/pod-1", Lease: "l-nottl", TS: at(time.Minute), Attempts: 1},
+		// An operator asked the stuck holder to release (issue 41).
+		{Type: event.Requested, Key: stuck, Owner: "reporter/ip-10-0-2-13/17", Lease: "l-stuck", TS: at(time.Minute), By: "oncall-ana",
+			Reason: "the nightly report blocks the deploy", Wait: 30 * time.Second, Count: 1},
+	})
+	// A lock-order inversion (/blocking's "Lock order"): checkout takes
+	// order then inventory, restock inventory then order.
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: p + "order:5521", Owner: "checkout/pod-3", Lease: "l-o1", TS: at(50 * time.Minute), TTL: time.Minute, Attempts: 1},
+		{Type: event.Acquired, Key: p + "stock:448", Owner: "checkout/pod-3", Lease: "l-o2", TS: at(50 * time.Minute), TTL: time.Minute, Attempts: 1, Reason: "l-o1"},
+		{Type: event.Acquired, Key: p + "stock:9", Owner: "restock/job", Lease: "l-r1", TS: at(4 * time.Minute), TTL: time.Minute, Attempts: 1},
+		{Type: event.Acquired, Key: p + "order:5522", Owner: "restock/job", Lease: "l-r2", TS: at(4 * time.Minute), TTL: time.Minute, Attempts: 1, Reason: "l-r1"},
 	})
 	f.agg.Tick()
 	f.flushIncidents(t)
 	held := f.pfx + "orders:7731"
 	l := f.obtain(t, held, "billing-worker/ip-10-0-3-17/4242", time.Minute, false)
 	t.Cleanup(func() { l.Release(context.Background()) })
+	l.ReleaseRequested() // its key page offers "Ask to release…", and the ask confirmation
+	f.waitListeners(t, held, 1)
+	deaf := f.pfx + "orders:7732" // its key page says it cannot be asked
+	f.obtain(t, deaf, "billing-worker/ip-10-0-3-18/99", time.Minute, false)
 	pages = []string{"/", "/keys", "/keys?state=held&sort=key", keyPath(stuck), keyPath(x), keyPath(held), "/blocking", "/incidents",
-		ownerPath("billing-worker/ip-10-0-3-17/4242"), "/no-such-page"}
-	operatorPages = []string{"/", keyPath(held), keyPath(held) + "/release", ownerPath("billing-worker/ip-10-0-3-17/4242")}
+		ownerPath("billing-worker/ip-10-0-3-17/4242"), "/no-such-page", "/classes", classPath("invoice:*")}
+	operatorPages = []string{"/", keyPath(held), keyPath(held) + "/release", ownerPath("billing-worker/ip-10-0-3-17/4242"),
+		askPath(held), keyPath(deaf)}
 	return pages, operatorPages
 }
 

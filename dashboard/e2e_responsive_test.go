@@ -3,8 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,14 +10,18 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // TestPagesAtEveryWidth opens every page in Chromium at phone (360, 390),
 // tablet, small laptop, desktop and wide-screen (2560) widths: the page never
 // scrolls sideways (wide tables scroll inside their card, /keys becomes
 // cards on a phone), every key column keeps at least 120 px, and no table
-// cell but the key is cut short (cutCells).
+// cell but the key is cut short (cutCells). On a phone and a desktop every
+// cell of /blocking's holders, the overview's hot keys and /incidents is on
+// screen, not scrolled out of its card (offCells): before, at 390 px
+// /blocking showed only Key and Holder, hot keys only Key and part of
+// Class, /incidents Kind and Keys, and at 1440 px /incidents cut Detail.
 func TestPagesAtEveryWidth(t *testing.T) {
 	ctx := redistest.Context(t) // the whole walk: no host is too slow for it
 	f := newFixture(t, operatorOptions())
@@ -42,13 +44,20 @@ func TestPagesAtEveryWidth(t *testing.T) {
 		{Type: event.Acquired, Key: "invoice:batch-2", Owner: "billing-batch/pod-2", Lease: "b1", TS: now.Add(-90 * time.Second).UnixNano(), TTL: 10 * time.Second, Attempts: 1},
 		{Type: event.Acquired, Key: "ledger:account-501", Owner: "ledger-sync/pod-1", Lease: "s1", TS: now.Add(-80 * time.Second).UnixNano(), TTL: 10 * time.Second, Attempts: 1},
 		{Type: event.Lost, Key: "ledger:account-501", Owner: "ledger-sync/pod-1", Lease: "s1", TS: now.Add(-60 * time.Second).UnixNano(), Reason: "expired"},
+		// A caller waits for the long key's holder: a row of /blocking.
+		{Type: event.Waiting, Key: long, Owner: "ledger-close/ip-10-0-4-2/77", Lease: "w1", TS: now.Add(-time.Second).UnixNano(), Wait: time.Minute, Holder: "reconciler/ip-10-0-9-14/3131"},
+		{Type: event.Forced, Key: "export:tenant-42", Owner: "export-worker/pod-3f9c2-eu-west-1b", Lease: "e1", TS: now.UnixNano(), By: "oncall-ana",
+			Reason: "export wedged on a dead database connection after the failover of the primary in eu-west-1b, INC-2412"},
 	})
 	f.agg.Tick()
+	if err := f.incidents.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	ts := httptest.NewServer(f.h)
 	defer ts.Close()
 
 	bctx := startBrowser(t, ctx)
-	pages := []string{"/", "/keys", keyPath(long), "/blocking"}
+	pages := []string{"/", "/keys", keyPath(long), "/blocking", "/incidents"}
 	for _, w := range []int64{360, 390, 768, 1024, 1440, 2560} {
 		for _, path := range pages {
 			if _, err := chromedp.Run(bctx, chromedp.EmulateViewport(w, 900)); err != nil {
@@ -90,15 +99,21 @@ func TestPagesAtEveryWidth(t *testing.T) {
 			if cut != "" {
 				t.Errorf("%s at %d px: cells cut short: %s", path, w, cut)
 			}
+			if w <= 390 || w >= 1440 {
+				off, err := chromedp.Run(bctx, chromedp.Evaluate[string](offCells))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if off != "" {
+					t.Errorf("%s at %d px: cells out of sight: %s", path, w, off)
+				}
+			}
 			if path == "/keys" && (w == 390 || w == 1440) {
 				shot, err := chromedp.Run(bctx, chromedp.CaptureScreenshot())
 				if err != nil {
 					t.Fatal(err)
 				}
-				name := fmt.Sprintf("keys-%dpx.png", w)
-				if err := os.WriteFile(filepath.Join("..", "docs", name), shot, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				writeDocShot(t, fmt.Sprintf("keys-%dpx", w), shot)
 			}
 		}
 	}
@@ -131,4 +146,25 @@ const cutCells = `(() => {
 		}
 	}
 	return cut.slice(0, 8).join('; ');
+})()`
+
+// offCells lists the cells of the tables on-call reads at a glance
+// (/blocking's holders, the overview's hot keys, /incidents) that lie
+// outside the viewport or their scrolling card: numbers out of sight.
+// Empty when every cell is on screen.
+const offCells = `(() => {
+	const off = [];
+	for (const row of document.querySelectorAll('[data-testid=blocking-row], [data-testid=hotkey-row], [data-testid=incident-row]')) {
+		const wrap = row.closest('.table-wrap');
+		const box = wrap ? wrap.getBoundingClientRect() : {left: 0, right: window.innerWidth};
+		for (const td of row.children) {
+			const r = td.getBoundingClientRect();
+			if (r.width === 0) continue;
+			if (r.left < Math.max(box.left, 0) - 1 || r.right > Math.min(box.right, window.innerWidth) + 1) {
+				const label = td.dataset.label || td.className || 'cell';
+				off.push(row.dataset.testid + ' ' + label + ' (' + Math.round(r.left) + '..' + Math.round(r.right) + ' of ' + Math.round(box.right) + ')');
+			}
+		}
+	}
+	return off.slice(0, 8).join('; ');
 })()`

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // TestKeyPageHeadroom: the holder card shows the last and the least
@@ -23,7 +24,10 @@ func TestKeyPageHeadroom(t *testing.T) {
 		t.Fatal(err)
 	}
 	h1 := l.Headroom()
-	time.Sleep(20 * time.Millisecond)
+	// The second renewal later than the first: 20 ms of its TTL gone.
+	redistest.WaitFor(t, 10*time.Second, "20ms of the refreshed TTL gone", func() bool {
+		return f.rdb.PTTL(ctx, key).Val() < 10*time.Second-20*time.Millisecond
+	})
 	if err := l.Refresh(ctx, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}

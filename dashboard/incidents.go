@@ -1,7 +1,9 @@
 package dashboard
 
 import (
+	"bufio"
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
@@ -48,7 +50,8 @@ type incidentRow struct {
 	EndedBy   string
 	Detail    string
 	Count     string // events folded, when more than one
-	DangerPil bool   // a kind that needs a look: deadlock, lease_lost, holder_expired
+	DangerPil bool   // a kind that needs a look: deadlock, lease_lost, holder_expired, overlap
+	Cause     string // an overlap's cause
 }
 
 type ownerCell struct{ Short, Full, Href string }
@@ -75,9 +78,13 @@ func (s *server) incidentsPage(w http.ResponseWriter, r *http.Request) {
 
 func newIncidentRow(in state.Incident, now time.Time) incidentRow {
 	row := incidentRow{Kind: string(in.Kind), Open: in.Open(), Start: fmtAbs(in.Start), StartAgo: fmtAgo(now, in.Start),
-		EndedBy: in.EndedBy, DangerPil: in.Kind == state.IncidentDeadlock || in.Kind == state.IncidentLeaseLost || in.Kind == state.IncidentHolderExpired}
-	row.Detail, _ = keytext.Visible(in.Detail)
+		EndedBy: in.EndedBy, DangerPil: in.Kind == state.IncidentDeadlock || in.Kind == state.IncidentLeaseLost || in.Kind == state.IncidentHolderExpired ||
+			in.Kind == state.IncidentOverlap, Cause: in.Cause}
+	row.Detail, _ = keytext.Visible(overlapText(in))
 	row.Detail = keytext.Cut(row.Detail, 160)
+	if in.Kind == state.IncidentReleaseRequest {
+		row.Detail = requestSummary(in, now) + " · " + row.Detail
+	}
 	for i, k := range in.Keys {
 		if i == incidentKeysShown {
 			row.MoreKeys = "and " + strconv.Itoa(len(in.Keys)-i) + " more"
@@ -116,6 +123,35 @@ type apiIncident struct {
 	EndedBy   string     `json:"ended_by"`
 	Detail    string     `json:"detail,omitempty"`
 	Count     int        `json:"count"`
+	*OverlapFields
+}
+
+// OverlapFields are what an overlap's incident says beyond the others: how the
+// key left its first holder (expired, vanished, forced), both leases (the
+// first holder's first), what the first holder did in the window, and
+// that in words ("fencing held: 3 stale writes refused").
+type OverlapFields struct {
+	Cause           string   `json:"cause"`
+	Leases          []string `json:"leases"`
+	RenewalsRefused int      `json:"renewals_refused"`
+	WritesRefused   int      `json:"writes_refused"`
+	Fencing         string   `json:"fencing"`
+}
+
+// overlapText is an incident's detail; of an overlap, with what the first
+// holder did in the window.
+func overlapText(in state.Incident) string {
+	if in.Kind != state.IncidentOverlap {
+		return in.Detail
+	}
+	s := in.Detail + "; " + state.Fencing(in.WritesRefused)
+	switch n := in.RenewalsRefused; {
+	case n == 1:
+		s += "; 1 renewal attempt refused or failed"
+	case n > 1:
+		s += "; " + strconv.Itoa(n) + " renewal attempts refused or failed"
+	}
+	return s
 }
 
 type apiIncidents struct {
@@ -143,19 +179,44 @@ func (s *server) apiIncidentsList(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, r, http.StatusBadRequest, apiError{Error: "limit must be 1.." + strconv.Itoa(incidentsMaxLimit)})
 		return
 	}
-	v := apiIncidents{Incidents: []apiIncident{}}
+	var ins []state.Incident
 	if s.opt.Incidents != nil {
-		ins, err := s.opt.Incidents.List(r.Context(), limit)
-		if err != nil {
+		var err error
+		if ins, err = s.opt.Incidents.List(r.Context(), limit); err != nil {
 			writeJSON(w, r, http.StatusServiceUnavailable, apiError{Error: "incident history: " + err.Error()})
 			return
 		}
-		for _, in := range ins {
-			a := apiIncident{ID: in.ID, Kind: string(in.Kind), Keys: nonNil(in.Keys), KeysB64: b64All(in.Keys),
-				Owners: nonNil(in.Owners), OwnersB64: b64All(in.Owners), Start: in.Start.UTC(), End: lockjson.Time(in.End),
-				EndedBy: in.EndedBy, Detail: in.Detail, Count: max(in.Count, 1)}
-			v.Incidents = append(v.Incidents, a)
+	}
+	// The list is written one incident at a time: a thousand records of
+	// keys that JSON escapes six bytes a byte would otherwise be built
+	// whole in memory for each of many concurrent readers.
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if r.Method == http.MethodHead {
+		return
+	}
+	bw := bufio.NewWriterSize(w, 32<<10)
+	bw.WriteString(`{"incidents":[`)
+	for i, in := range ins {
+		a := apiIncident{ID: in.ID, Kind: string(in.Kind), Keys: nonNil(in.Keys), KeysB64: b64All(in.Keys),
+			Owners: nonNil(in.Owners), OwnersB64: b64All(in.Owners), Start: in.Start.UTC(), End: lockjson.Time(in.End),
+			EndedBy: in.EndedBy, Detail: in.Detail, Count: max(in.Count, 1)}
+		if in.Kind == state.IncidentOverlap {
+			a.OverlapFields = &OverlapFields{Cause: in.Cause, Leases: nonNil(in.Leases), RenewalsRefused: in.RenewalsRefused,
+				WritesRefused: in.WritesRefused, Fencing: state.Fencing(in.WritesRefused)}
+		}
+		b, err := json.Marshal(a) // escapes HTML, as writeJSON does
+		if err != nil {
+			return
+		}
+		if i > 0 {
+			bw.WriteByte(',')
+		}
+		if _, err := bw.Write(b); err != nil {
+			return // the reader went away
 		}
 	}
-	writeJSON(w, r, http.StatusOK, v)
+	bw.WriteString("]}\n")
+	bw.Flush()
 }

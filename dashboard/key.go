@@ -40,6 +40,8 @@ type keyView struct {
 	CanRelease  bool
 	Waiters     []waiterRow    // callers waiting for the key now
 	Semaphore   *semaphoreView // a Redisson semaphore, live from Redis
+
+	Ask *askView // "Ask to release" beside the release (ask.go); nil when not offered
 }
 
 // holderView is a lock's holder as a card shows it.
@@ -121,6 +123,9 @@ func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
 	}
 	v := s.keyView(r, key, d, known, redisHolder, note)
 	v.CanRelease = v.CanRelease || hidden && !s.readOnly()
+	if v.CanRelease {
+		v.Ask = s.askViewFor(r.Context(), key, redisHolder)
+	}
 	s.render(w, r, http.StatusOK, keyPage(v))
 }
 
@@ -143,7 +148,7 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 		Page:        s.page(r, "Key", "keys"),
 		Key:         newKeyCell(key),
 		Bytes:       fmtCount(len(key)) + " bytes",
-		Class:       classText(d.Class),
+		Class:       d.Class, // raw: classLink shows it
 		Known:       known,
 		RedisNote:   note,
 		ReleaseHref: releasePath(key),
@@ -204,7 +209,7 @@ func (s *server) keyView(r *http.Request, key string, d state.KeyDetail, known b
 	case d.Held:
 		holder = &tlHolder{Owner: d.Owner, Lease: d.Lease, Since: d.Since}
 	}
-	v.Timeline = newTimeline(d.Recent, now, holder)
+	v.Timeline = newTimeline(d.Recent, now, holder, s.q.Overlaps(key))
 	for _, x := range d.WaitersNow {
 		row := newWaiterRow(x, now)
 		row.Trace = s.traceRef(x.Trace)
@@ -373,6 +378,9 @@ func fenceText(f int64) string {
 }
 
 func eventDetail(e event.Event) string {
+	if e.Type == event.Requested {
+		return requestedDetail(e)
+	}
 	var parts []string
 	if e.Wait > 0 {
 		parts = append(parts, "waited "+fmtDuration(e.Wait))

@@ -144,7 +144,7 @@ func (s *server) keysView(r *http.Request, lq state.LockQuery, pageN int) keysVi
 	}
 	for _, l := range res.Locks {
 		row := lockRow{
-			Key: newKeyCell(l.Key), Class: classText(l.Class), Held: l.Held, Stuck: l.Stuck, Passive: l.Passive, NoExpiry: l.NoExpiry(),
+			Key: newKeyCell(l.Key), Class: l.Class, Held: l.Held, Stuck: l.Stuck, Passive: l.Passive, NoExpiry: l.NoExpiry(),
 			Waiters: fmtCount(l.Waiters), Acquisitions: fmtCount(l.Acquisitions), Contentions: fmtCount(l.Contentions),
 			// As the key page's cards: waits of acquisitions and failures,
 			// holds that ended (the one in progress has no length yet).

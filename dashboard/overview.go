@@ -77,6 +77,7 @@ type expirationRow struct {
 	Held      string
 	Confirmed bool
 	Working   bool // the holder was still at work after it (state.Expiration.HolderWorking)
+	Passive   bool // a watched lock: unless Working, whether its holder worked on is unknown
 }
 
 type forcedRow struct {
@@ -111,6 +112,11 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 	now := s.now()
 	o := s.q.Overview()
 	v := overviewView{Page: s.page(r, "Overview", "overview"), Window: windowLabel(window), By: string(by)}
+	// The tile counts the list beside it: the state's own count is its
+	// last scan's (once a second), and for that second at the threshold
+	// the tile said 1 beside a list of 2.
+	stuck := s.q.Stuck()
+	o.Stuck = len(stuck)
 
 	contTone := ""
 	switch {
@@ -154,7 +160,10 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 			Href: "#expirations", Tone: toneIf(o.ExpiredWorking5m > 0, "bad", toneIf(o.Expirations5m > 0, "warn", ""))},
 		{ID: "forced", Label: "Forced releases", Value: fmtCount(o.Forced5m), Note: "by operators · 5 min",
 			Href: "#forced", Tone: toneIf(o.Forced5m > 0, "warn")},
+		{ID: "overlaps", Label: "Two holders at once", Value: fmtCount(o.Overlaps5m), Note: "overlaps found · 5 min · see incidents",
+			Href: "/incidents", Tone: toneIf(o.Overlaps5m > 0, "bad")},
 	}
+	v.Tiles = append(v.Tiles, s.adviceTile())
 
 	for _, d := range state.Windows {
 		l := windowLabel(d)
@@ -171,7 +180,7 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 	}
 	for i, h := range hot {
 		row := hotRow{
-			Rank: i + 1, Key: newKeyCell(h.Key), Class: classText(h.Class),
+			Rank: i + 1, Key: newKeyCell(h.Key), Class: h.Class,
 			Contentions: fmtCount(h.Contentions), Wait: fmtDuration(h.Wait), Acquisitions: fmtCount(h.Acquisitions),
 			Bar: meter(rankValue(h, by), top),
 		}
@@ -191,7 +200,6 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 		v.Hot = append(v.Hot, row)
 	}
 
-	stuck := s.q.Stuck()
 	v.StuckTotal = len(stuck)
 	for _, l := range stuck[:min(len(stuck), sideRows)] {
 		row := stuckRow{Key: newKeyCell(l.Key), HeldFor: fmtDuration(l.HeldFor(now).Truncate(time.Second)), Waiters: fmtCount(l.Waiters),
@@ -201,7 +209,7 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 	}
 	for _, e := range s.q.Expirations(expirationsRows) {
 		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), AgoAt: fmtAbs(e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)),
-			Confirmed: e.Confirmed, Working: e.HolderWorking}
+			Confirmed: e.Confirmed, Working: e.HolderWorking, Passive: e.Passive}
 		row.Owner, row.OwnerT = ownerText(e.Owner)
 		v.Expirations = append(v.Expirations, row)
 	}
@@ -308,6 +316,11 @@ type apiOverview struct {
 	ReadOnly         bool       `json:"read_only"`
 	Ingesting        bool       `json:"ingesting"`
 	IngestError      string     `json:"ingest_error,omitempty"`
+
+	// Expirations are the newest expired-while-held locks, newest first
+	// (overview_expirations.go).
+	Expirations []apiExpiration `json:"expirations"`
+	Overlaps5m  int64           `json:"overlaps_5m"` // two holders at once, found in the last 5 minutes
 }
 
 func (s *server) apiOverview(w http.ResponseWriter, r *http.Request) {
@@ -315,14 +328,15 @@ func (s *server) apiOverview(w http.ResponseWriter, r *http.Request) {
 	v := apiOverview{
 		At: lockjson.Time(o.At), AcquireRate: o.AcquireRate, ContentionRatio: o.ContentionRatio,
 		WaitP99: seconds(o.WaitP99), HoldP99: seconds(o.HoldP99),
-		Held: o.Held, Waiters: o.Waiters, Stuck: o.Stuck,
+		Held: o.Held, Waiters: o.Waiters, Stuck: len(s.q.Stuck()), // as the overview's list and tile
 		WaitMax: seconds(o.WaitMax), HoldMax: seconds(o.HoldMax), NoExpiry: o.NoExpiry,
 		Expirations5m: o.Expirations5m, ExpiredWorking5m: o.ExpiredWorking5m,
 		Forced5m: o.Forced5m, Failures5m: o.Failures5m, Refused5m: o.Refused5m,
 		EventsTotal: o.EventsTotal, Malformed: o.Malformed, Dropped: o.Dropped,
 		LastEvent: lockjson.Time(o.LastEvent), TrackedKeys: o.TrackedKeys,
 		SeriesStep: seconds(o.SeriesStep), AcquireSeries: nonNil(o.AcquireSeries), ContentionSeries: nonNil(o.ContentionSeries),
-		ReadOnly: s.readOnly(), Ingesting: true,
+		ReadOnly: s.readOnly(), Ingesting: true, Overlaps5m: o.Overlaps5m,
+		Expirations: s.apiExpirations(),
 	}
 	if err := s.q.Health(); err != nil {
 		v.Ingesting, v.IngestError = false, err.Error()

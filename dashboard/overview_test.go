@@ -229,3 +229,30 @@ func TestOverviewTellsTheStoriesApart(t *testing.T) {
 		t.Errorf("GET /api/v1/locks?state=no-expiry = %+v, want %s alone", page, passive)
 	}
 }
+
+// The Stuck tile and the API's stuck count agree with the stuck list at
+// every moment, not only after the state's next scan: two holds past the
+// threshold, one of them crossing it after the last scan (before, the tile
+// said 1 beside a list of 2 for up to a second).
+func TestStuckTileCountsTheList(t *testing.T) {
+	f := newFixtureConfig(t, func(string) state.Config { return state.Config{StuckAfter: time.Minute} }, nil)
+	a, b := f.pfx+"export:1", f.pfx+"export:2"
+	now := time.Now()
+	f.agg.Apply([]event.Event{
+		{Type: event.Acquired, Key: a, Owner: "w1", Lease: "l1", TS: now.Add(-5 * time.Minute).UnixNano(), TTL: time.Hour, Attempts: 1},
+		{Type: event.Acquired, Key: b, Owner: "w2", Lease: "l2", TS: now.Add(-61 * time.Second).UnixNano(), TTL: time.Hour, Attempts: 1},
+		{Type: event.Renewed, Key: a, Owner: "w1", Lease: "l1", TS: now.Add(-2 * time.Second).UnixNano(), TTL: time.Hour},
+	})
+	f.agg.Tick() // scans at the event clock, 2 s ago: only a is stuck yet
+	// b crosses the threshold by the event clock; no scan since.
+	f.agg.Apply([]event.Event{{Type: event.Renewed, Key: a, Owner: "w1", Lease: "l1", TS: now.UnixNano(), TTL: time.Hour}})
+	doc := htmlDoc(t, f.do(t, req{target: "/"}))
+	rows := len(byTestID(doc, "stuck-row"))
+	if got := text(one(t, one(t, doc, "stat-stuck"), "value")); rows != 2 || got != "2" {
+		t.Errorf("stuck tile = %q beside %d rows, want 2 and 2", got, rows)
+	}
+	api := decodeJSON[apiOverview](t, f.do(t, req{target: "/api/v1/overview"}))
+	if api.Stuck != 2 {
+		t.Errorf("API stuck = %d, want 2", api.Stuck)
+	}
+}

@@ -22,12 +22,14 @@ import (
 // (POST /owners/{owner}/release) for the night a pod died holding 40 locks.
 // Its JSON mirror, GET /api/v1/owners/{owner}, is at the end of this file.
 //
-// Release what you saw, for each key: the page asks Redis for each key's
-// holder and embeds its fingerprint in a hidden field; the POST releases
-// each key only if its value still has that fingerprint (the per-key
-// release's check, through the same forceRelease), and reports each:
-// released, skipped because the holder changed, skipped because it was
-// already free, or an error. Each release is a forced event with the
+// Release only the holder the page names, for each key: the page asks Redis
+// for each key's holder and offers the key only when Redis's value names
+// this owner (ownerVerdict), embedding its fingerprint in a hidden field;
+// the POST checks each key again by the same rule and releases it only if
+// its value still has that fingerprint (the per-key release's check,
+// through the same forceRelease), and reports each: released, skipped
+// because the holder changed, skipped because it was already free, or an
+// error. A POST's Redis work is bounded as a whole (ownerReleaseBudget). Each release is a forced event with the
 // reason; the collector folds the forced events of one owner, operator
 // and reason into one forced incident (ten-minute buckets), so a bulk
 // release is one incident listing its keys.
@@ -58,6 +60,9 @@ type ownerView struct {
 	Results  []ownerResultRow
 	Summary  string
 	Released int
+
+	AskAction string // the ask-all action ("" when the dashboard cannot ask); owner_ask.go
+	Askable   int    // offered rows whose holder listens for release requests
 }
 
 type ownerRow struct {
@@ -137,7 +142,7 @@ func (s *server) ownerView(r *http.Request, owner string) ownerView {
 		holders, errs = s.inspectAll(r.Context(), locks.Locks)
 	}
 	for i, l := range locks.Locks {
-		row := ownerRow{Key: newKeyCell(l.Key), Class: classText(l.Class), HeldFor: "—", LeaseTTL: "—"}
+		row := ownerRow{Key: newKeyCell(l.Key), Class: l.Class, HeldFor: "—", LeaseTTL: "—"}
 		if !l.Since.IsZero() {
 			row.Since = fmtAbs(l.Since)
 			row.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
@@ -149,24 +154,18 @@ func (s *server) ownerView(r *http.Request, owner string) ownerView {
 			row.LeaseTTL = fmtDuration(l.TTL)
 		}
 		if v.CanRelease {
-			h, err := holders[i], errs[i]
-			switch {
-			case err != nil:
-				row.State, row.Note = "error", "Redis could not be asked who holds it: "+err.Error()
-			case h == nil:
-				row.State, row.Note = "free", "free now: Redis holds no lock under this key"
-			case !h.Foreign && h.Owner != owner:
-				short, _ := ownerText(h.Owner)
-				row.State, row.Note = "changed", "held by "+short+" now"
-			case h.NeedsAnyHolder():
-				row.State, row.Note = "ambiguous", "a constant value without expiry: release it on its own page"
-			default:
+			row.State, row.Note = ownerVerdict(owner, l, holders[i], errs[i])
+			if row.State == "" {
+				h := holders[i]
 				row.Fingerprint = h.Fingerprint
 				row.Field = h.Fingerprint + " " + keytext.PathSegment(l.Key)
 				v.Releasable++
 			}
 		}
 		v.Rows = append(v.Rows, row)
+	}
+	if v.CanRelease && s.asker() != nil {
+		v.AskAction, v.Askable = ownerAskPath(owner), s.askableOf(r.Context(), v.Rows, holders)
 	}
 	return v
 }
@@ -188,8 +187,55 @@ func (s *server) inspectAll(ctx context.Context, locks []state.LockInfo) ([]*loc
 	return holders, errs
 }
 
-// ownerFieldRE is one hidden field of the release-all form.
-var ownerFieldRE = regexp.MustCompile(`^([0-9a-fA-F]{1,128}(?:@(?:-?[0-9]{1,20}|any))?) (\S+)$`)
+// ownerVerdict says whether h, what Redis holds under l.Key now, is the hold
+// the collector lists as owner's (l): "" when it is, else the row's state
+// ("free", "changed", "ambiguous", "error") and a note. It is the one rule
+// by which an owner page offers a key and its POST releases it.
+//
+// Redis's value must name the page's owner itself: a lockscope value by its
+// owner field (and, when the collector knows the hold's lease, by that
+// lease, so that the same owner's newer hold is not the one listed), another
+// library's token by the name lockscope gives it (lock.ForeignOwner, which
+// is how the passive watcher names that holder). The collector's word alone
+// is not enough: it can be a moment stale (the key changed hands since its
+// last event) or a stream writer's forgery naming any owner for any key.
+func ownerVerdict(owner string, l state.LockInfo, h *lock.Holder, err error) (verdict, note string) {
+	switch {
+	case err != nil:
+		return "error", "Redis could not be asked who holds it: " + err.Error()
+	case h == nil:
+		return "free", "free now: Redis holds no lock under this key"
+	case h.Owner != owner:
+		short, _ := ownerText(h.Owner)
+		if h.Foreign {
+			return "changed", "Redis's value names another holder (" + short + "): release it on its key page"
+		}
+		return "changed", "held by " + short + " now"
+	case !h.Foreign && l.Lease != "" && h.Lease != l.Lease:
+		return "changed", "a newer hold of this owner (lease " + keytext.Terminal(h.Lease, 40) + "), not the one listed"
+	case h.NeedsAnyHolder():
+		return "ambiguous", "a constant value without expiry: release it on its own page"
+	}
+	return "", ""
+}
+
+// ownerFieldRE is one hidden field of the release-all form. "@any" is not
+// accepted: an owner page releases only holders it could tell apart.
+var ownerFieldRE = regexp.MustCompile(`^([0-9a-fA-F]{1,128}(?:@-?[0-9]{1,20})?) (\S+)$`)
+
+// ownerReleaseBudget bounds the Redis work of one release-all POST by
+// default (Options.ReleaseAllBudget): with Redis stalled, every key not
+// reached within it is reported as an error (nothing was done to it),
+// rather than the POST waiting releaseTimeout per key (500 keys: some 40
+// minutes).
+const ownerReleaseBudget = 30 * time.Second
+
+func (s *server) releaseAllBudget() time.Duration {
+	if s.opt.ReleaseAllBudget > 0 {
+		return s.opt.ReleaseAllBudget
+	}
+	return ownerReleaseBudget
+}
 
 // ownerReleasePage is POST /owners/{owner}/release: the form carries a
 // reason and, per key, the fingerprint the page showed.
@@ -242,33 +288,42 @@ func (s *server) ownerReleasePage(w http.ResponseWriter, r *http.Request) {
 	p.Live = false
 	v := ownerView{Page: p, Reason: reason, MaxReason: MaxReason, Back: ownerPath(owner)}
 	v.Owner, v.Escaped = keytext.Visible(owner)
+	ctx, cancel := context.WithTimeout(r.Context(), s.releaseAllBudget())
+	defer cancel()
+	// The form is the operator's word for which holder to release, not
+	// proof of it: each key is checked again by the rule the page used
+	// (ownerVerdict), against the collector's list of this owner's locks
+	// now and Redis's holder now, and released only if Redis still holds
+	// the fingerprint the page showed (one script, ForceRelease).
+	listed := map[string]state.LockInfo{}
+	for _, l := range s.ownerLocks(owner).Locks {
+		listed[l.Key] = l
+	}
+	results := make([]ownerResultRow, len(targets))
+	sem := make(chan struct{}, ownerInspectParallel)
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			results[i] = s.releaseOwned(ctx, owner, listed, t.key, t.fingerprint, operator, reason)
+		})
+	}
+	wg.Wait()
 	var changed, free, failed int
-	for _, t := range targets {
-		out := s.forceRelease(r.Context(), t.key, operator, releaseRequest{Fingerprint: t.fingerprint, Reason: reason})
-		row := ownerResultRow{Key: newKeyCell(t.key)}
-		switch out.kind {
+	for _, row := range results {
+		switch row.Outcome {
 		case "released":
-			row.Outcome, row.Text = "released", "released"
 			v.Released++
-		case "owner-changed":
-			row.Outcome, row.Text = "changed", "skipped: the holder changed"
-			if out.current != nil {
-				short, _ := ownerText(out.current.Owner)
-				row.Text += " (now " + short + ")"
-			}
+		case "changed":
 			changed++
-		case "ambiguous":
-			row.Outcome, row.Text = "changed", "skipped: a constant value without expiry cannot be told from a successor's"
-			changed++
-		case "not-held":
-			row.Outcome, row.Text = "free", "skipped: already free"
+		case "free":
 			free++
 		default:
-			row.Outcome, row.Text = "error", "error: "+out.err.Error()
 			failed++
 		}
-		v.Results = append(v.Results, row)
 	}
+	v.Results = results
 	v.Summary = fmtCount(v.Released) + " released, " + fmtCount(changed) + " skipped (holder changed), " + fmtCount(free) + " skipped (already free)"
 	if failed > 0 {
 		v.Summary += ", " + plural(failed, "error", "errors")
@@ -281,6 +336,56 @@ func (s *server) ownerReleasePage(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusBadGateway
 	}
 	s.render(w, r, status, ownerResult(v))
+}
+
+// releaseOwned releases key for a release-all of owner's locks, only if it
+// is still the hold the page showed: listed by the collector as owner's,
+// held in Redis by a value that names owner (ownerVerdict) and has the
+// page's fingerprint.
+func (s *server) releaseOwned(ctx context.Context, owner string, listed map[string]state.LockInfo, key, fingerprint, operator, reason string) ownerResultRow {
+	row := ownerResultRow{Key: newKeyCell(key)}
+	if ctx.Err() != nil {
+		row.Outcome, row.Text = "error", "error: not attempted: Redis did not answer the keys before it within "+fmtDuration(s.releaseAllBudget())
+		return row
+	}
+	h, err := s.inspect(ctx, key)
+	l, listedNow := listed[key]
+	switch verdict, note := ownerVerdict(owner, l, h, err); {
+	case verdict == "" && !listedNow:
+		row.Outcome, row.Text = "changed", "skipped: the collector no longer lists it as this owner's"
+		return row
+	case verdict == "free":
+		row.Outcome, row.Text = "free", "skipped: already free"
+		return row
+	case verdict == "error":
+		row.Outcome, row.Text = "error", "error: "+note
+		return row
+	case verdict != "":
+		row.Outcome, row.Text = "changed", "skipped: "+note
+		return row
+	case h.Fingerprint != fingerprint:
+		short, _ := ownerText(h.Owner)
+		row.Outcome, row.Text = "changed", "skipped: the holder changed (now "+short+")"
+		return row
+	}
+	out := s.forceRelease(ctx, key, operator, releaseRequest{Fingerprint: fingerprint, Reason: reason})
+	switch out.kind {
+	case "released":
+		row.Outcome, row.Text = "released", "released"
+	case "owner-changed":
+		row.Outcome, row.Text = "changed", "skipped: the holder changed"
+		if out.current != nil {
+			short, _ := ownerText(out.current.Owner)
+			row.Text += " (now " + short + ")"
+		}
+	case "ambiguous":
+		row.Outcome, row.Text = "changed", "skipped: a constant value without expiry cannot be told from a successor's"
+	case "not-held":
+		row.Outcome, row.Text = "free", "skipped: already free"
+	default:
+		row.Outcome, row.Text = "error", "error: "+out.err.Error()
+	}
+	return row
 }
 
 // shortFingerprint is the first 12 hex digits the command line shows too

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -252,5 +254,136 @@ func TestOwnerReleaseAllCrossOriginAndReadOnly(t *testing.T) {
 	}
 	if rec := ro.do(t, req{method: "POST", target: ownerReleasePath(owner), form: url.Values{"reason": {"x"}}}); rec.Code != http.StatusForbidden {
 		t.Errorf("POST release-all on a read-only dashboard = %d, want 403", rec.Code)
+	}
+}
+
+// ownerRowStates is each key's row state on owner's page, as an operator
+// sees it ("" for a releasable row), and the form's hidden fields.
+func ownerRowStates(t *testing.T, f *fixture, owner string) (map[string]string, []string) {
+	t.Helper()
+	doc := htmlDoc(t, f.do(t, req{target: ownerPath(owner), basic: [2]string{testUser, testPass}}))
+	states := map[string]string{}
+	for _, row := range byTestID(doc, "owner-row") {
+		k, _ := url.PathUnescape(strings.TrimPrefix(attr(one(t, row, "owner-key"), "href"), "/keys/"))
+		states[k] = attr(row, "data-state")
+	}
+	var fields []string
+	for _, form := range byTestID(doc, "owner-release-form") {
+		for _, in := range byTag(form, "input") {
+			if attr(in, "name") == "lock" {
+				fields = append(fields, attr(in, "value"))
+			}
+		}
+	}
+	return states, fields
+}
+
+// An owner page releases only the holder it names: Redis's value must name
+// the page's owner (and the hold's lease, where the collector knows it).
+// The collector's word alone is not enough: it may be a moment stale or a
+// stream writer's forgery. Neither the page nor a hand-made form (another
+// fingerprint, "@any") may remove another holder's live lock.
+func TestOwnerReleaseOnlyTheNamedHolder(t *testing.T) {
+	f := newFixture(t, operatorOptions())
+	ctx := context.Background()
+	now := time.Now()
+	post := func(owner string, fields ...string) *httptest.ResponseRecorder {
+		return f.do(t, req{method: "POST", target: ownerReleasePath(owner), basic: [2]string{testUser, testPass},
+			form: url.Values{"lock": fields, "reason": {"test"}}})
+	}
+	outcomes := func(rec *httptest.ResponseRecorder) map[string]string {
+		out := map[string]string{}
+		for _, row := range byTestID(htmlDoc(t, rec), "owner-result-row") {
+			k, _ := url.PathUnescape(strings.TrimPrefix(attr(one(t, row, "owner-result-key"), "href"), "/keys/"))
+			out[k] = attr(row, "data-outcome")
+		}
+		return out
+	}
+	field := func(fp, key string) string { return fp + " " + url.PathEscape(key) }
+
+	// 1. A forged acquired event names a dead pod as the holder of a key
+	// another service holds with another library's token.
+	pay := f.pfx + "lock:pay"
+	token := "9f1c2a7be04d4c3f8a6b5d2e1f0c9b8a" // node-redlock's shape
+	if err := f.rdb.Set(ctx, pay, token, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: pay, Owner: "pod-dead", Lease: "forged", TS: now.UnixNano(), TTL: time.Minute}})
+	states, fields := ownerRowStates(t, f, "pod-dead")
+	if states[pay] != "changed" || len(fields) != 0 {
+		t.Errorf("forged holder's page: row state %q and form fields %q, want changed and none", states[pay], fields)
+	}
+	fp := lock.Fingerprint(token)
+	if got := outcomes(post("pod-dead", field(fp, pay)))[pay]; got != "changed" {
+		t.Errorf("hand-made release of another library's live lock from a forged owner's page = %q, want changed", got)
+	}
+	if rec := post("pod-dead", field(fp+"@any", pay)); rec.Code != http.StatusUnprocessableEntity {
+		t.Errorf("hand-made @any field = %d, want 422", rec.Code)
+	}
+	if got, err := f.rdb.Get(ctx, pay).Result(); err != nil || got != token {
+		t.Fatalf("live lock after the forged owner's releases = %q, %v; want %q untouched", got, err, token)
+	}
+
+	// 2. A passive holder (named by its token, as the watcher names it)
+	// gave the key up and another took it before the collector heard.
+	inv := f.pfx + "lock:inventory"
+	tokA, tokB := "00112233445566778899aabbccddeeff", "ffeeddccbbaa99887766554433221100"
+	ownerA := lock.ForeignOwner(tokA)
+	if err := f.rdb.Set(ctx, inv, tokA, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f.agg.Apply([]event.Event{{Type: event.Acquired, Key: inv, Owner: ownerA, TS: now.UnixNano(), TTL: time.Minute, Passive: true}})
+	states, fields = ownerRowStates(t, f, ownerA)
+	if states[inv] != "" || !slices.Equal(fields, []string{field(lock.Fingerprint(tokA), inv)}) {
+		t.Errorf("passive holder's page while it holds: state %q, fields %q; want releasable", states[inv], fields)
+	}
+	if err := f.rdb.Set(ctx, inv, tokB, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	states, fields = ownerRowStates(t, f, ownerA)
+	if states[inv] != "changed" || len(fields) != 0 {
+		t.Errorf("passive holder's page after a successor took the key: state %q, fields %q; want changed and none", states[inv], fields)
+	}
+	for _, fp := range []string{lock.Fingerprint(tokA), lock.Fingerprint(tokB)} {
+		if got := outcomes(post(ownerA, field(fp, inv)))[inv]; got != "changed" {
+			t.Errorf("release-all of %s with fingerprint %.12s after the key changed hands = %q, want changed", ownerA, fp, got)
+		}
+	}
+	if got, _ := f.rdb.Get(ctx, inv).Result(); got != tokB {
+		t.Fatalf("successor's lock = %q, want %q untouched", got, tokB)
+	}
+
+	// 3. The same owner took the key again without the collector hearing:
+	// the newer hold is not the one listed.
+	job := f.pfx + "lock:job"
+	l1 := f.obtain(t, job, "cron/pod-1", time.Minute, false)
+	if err := f.rdb.Del(ctx, job).Err(); err != nil { // gone without an event
+		t.Fatal(err)
+	}
+	quiet := lock.New(f.rdb, nil)
+	l2, err := quiet.Obtain(ctx, job, time.Minute, &lock.ObtainOptions{Owner: "cron/pod-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l2.Release(context.Background()) })
+	states, _ = ownerRowStates(t, f, "cron/pod-1")
+	if states[job] != "changed" {
+		t.Errorf("the owner's newer hold (lease %s, collector lists %s): state %q, want changed", l2.ID(), l1.ID(), states[job])
+	}
+	if got := outcomes(post("cron/pod-1", field(f.fingerprint(t, job), job)))[job]; got != "changed" {
+		t.Errorf("release-all of the owner's newer hold = %q, want changed", got)
+	}
+	if _, err := quiet.Inspect(ctx, job); err != nil {
+		t.Errorf("newer hold after release-all: Inspect = %v, want still held", err)
+	}
+
+	// 4. A key of another owner's page, posted to this owner's form.
+	other := f.pfx + "lock:other"
+	f.obtain(t, other, "billing/pod-9", time.Minute, false)
+	if got := outcomes(post("cron/pod-1", field(f.fingerprint(t, other), other)))[other]; got != "changed" {
+		t.Errorf("another owner's key posted to this owner's form = %q, want changed", got)
+	}
+	if _, err := f.lc.Inspect(ctx, other); err != nil {
+		t.Errorf("another owner's lock: Inspect = %v, want still held", err)
 	}
 }

@@ -34,9 +34,22 @@ type Querier interface {
 	Deadlocks() []state.Cycle
 	// Classes returns the known lock classes, sorted.
 	Classes() []string
+	// LockOrder returns the lock-order graph (every class: "") and its
+	// inversions, or those of one class.
+	LockOrder(class string) state.LockOrder
+
+	// ClassStats returns every class's figures within window (one of
+	// state.Windows), sorted by class.
+	ClassStats(window time.Duration) []state.ClassStats
+	// ClassDetail returns one class's figures within window and its series
+	// over the last five minutes; ok is false if the class is unknown.
+	ClassDetail(window time.Duration, class string) (detail state.ClassDetail, ok bool)
 	// Health reports ingestion state: nil when the consumer group is
 	// reading, else why not (Redis unreachable, group missing, ...).
 	Health() error
+	// Overlaps returns the recent overlaps (two holders at once) of key,
+	// newest first.
+	Overlaps(key string) []state.Incident
 }
 
 var _ Querier = (*state.Aggregator)(nil)

@@ -117,7 +117,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestTypeNames(t *testing.T) {
-	want := []string{"acquired", "failed", "released", "renewed", "renew_failed", "lost", "expired", "forced", "dropped", "waiting"}
+	want := []string{"acquired", "failed", "released", "renewed", "renew_failed", "lost", "expired", "forced", "dropped", "waiting", "requested", "fence_rejected"}
 	var got []string
 	for _, ty := range Types() {
 		got = append(got, ty.String())

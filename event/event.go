@@ -38,21 +38,27 @@ const (
 	Forced           // an operator force-released the lock
 	Dropped          // an emitter reports how many events it had to drop (count)
 	Waiting          // an obtain found the lock held and will retry (holder, wait budget, leases held)
+	Requested        // an operator asked the holder to release (by, reason, grace in Wait, listeners reached in Count)
+	// FenceRejected: a resource's fence guard refused a write carrying a
+	// stale fence (fence; reason: the resource).
+	FenceRejected
 	numTypes
 )
 
 var typeNames = [...]string{
-	TypeInvalid: "invalid",
-	Acquired:    "acquired",
-	Failed:      "failed",
-	Released:    "released",
-	Renewed:     "renewed",
-	RenewFailed: "renew_failed",
-	Lost:        "lost",
-	Expired:     "expired",
-	Forced:      "forced",
-	Dropped:     "dropped",
-	Waiting:     "waiting",
+	TypeInvalid:   "invalid",
+	Acquired:      "acquired",
+	Failed:        "failed",
+	Released:      "released",
+	Renewed:       "renewed",
+	RenewFailed:   "renew_failed",
+	Lost:          "lost",
+	Expired:       "expired",
+	Forced:        "forced",
+	Dropped:       "dropped",
+	Waiting:       "waiting",
+	Requested:     "requested",
+	FenceRejected: "fence_rejected",
 }
 
 // Types lists every valid type in wire order.
@@ -101,18 +107,18 @@ const (
 type Event struct {
 	Type     Type
 	Key      string        // the lock key, arbitrary bytes
-	Owner    string        // who: app/host/pid or a name the app sets; for Forced, the previous holder
+	Owner    string        // who: app/host/pid or a name the app sets; for Forced, the previous holder; for Requested, the holder asked
 	Lease    string        // stable for one hold, never the secret token; Waiting: the lease the call will hold if it acquires
 	TS       int64         // unix nanoseconds when the step happened
-	Wait     time.Duration // Acquired, Failed: time spent obtaining; Waiting: the most it will wait (0: no deadline)
+	Wait     time.Duration // Acquired, Failed: time spent obtaining; Waiting: the most it will wait (0: no deadline); Requested: the grace the operator gives before it may force (0: none said)
 	Hold     time.Duration // Released, Lost, Expired, Forced: time the lock was held
 	TTL      time.Duration // Acquired, Renewed: the TTL set (wire: ms)
 	Attempts int           // Acquired, Failed: tries made
-	Fence    int64         // fencing token when fencing is on, else 0
-	Reason   string        // Failed, RenewFailed, Lost, Forced: why; Waiting: the leases the waiting call holds (HeldLeases)
-	Count    int64         // Dropped: how many events were dropped
+	Fence    int64         // fencing token when fencing is on, else 0 (FenceRejected: the refused write's)
+	Reason   string        // Failed, RenewFailed, Lost, Forced, Requested: why; Waiting, Acquired: the leases the call already holds (HeldLeases)
+	Count    int64         // Dropped: how many events were dropped; Requested: how many listeners the request reached (0: nobody heard it)
 	Holder   string        // Failed, Waiting: who held the lock (owner) when we gave up or began to wait
-	By       string        // Forced: the operator who released it
+	By       string        // Forced: the operator who released it; Requested: the operator who asked
 	Degraded bool          // the lock was a process-local fallback, Redis unreachable
 	Passive  bool          // seen through keyspace notifications, not emitted by a library
 
@@ -131,16 +137,18 @@ func (e *Event) HasExt() bool {
 	return e.TraceID.IsValid() || e.SpanID.IsValid() || e.Headroom != 0
 }
 
-// HeldLeases returns the leases a Waiting event's call holds (its Reason,
-// comma-separated lease ids).
+// HeldLeases returns the leases a Waiting or Acquired event's call already
+// holds (its Reason, comma-separated lease ids): the wait-for graph's edges
+// and the lock-order graph's.
 func (e *Event) HeldLeases() []string {
-	if e.Type != Waiting || e.Reason == "" {
+	if (e.Type != Waiting && e.Type != Acquired) || e.Reason == "" {
 		return nil
 	}
 	return strings.Split(e.Reason, ",")
 }
 
-// JoinLeases is the Reason of a Waiting event whose call holds leases.
+// JoinLeases is the Reason of a Waiting or Acquired event whose call holds
+// leases; "" for none, without allocating.
 func JoinLeases(leases []string) string { return strings.Join(leases, ",") }
 
 // Time returns TS as a time.Time.

@@ -18,7 +18,9 @@ import (
 // events both codecs must agree on; this test writes go.packed and
 // go.ext and go.single.json (with -update) and decodes python.packed,
 // python.ext and python.single.json, which the Python package's tests write
-// (clients/python/tests/test_golden.py) and which decode Go's files.
+// (clients/python/tests/test_golden.py), and node.packed, node.ext and
+// node.single.json, which the Node package's tests write
+// (clients/node/test/golden.test.js); both decode Go's files.
 
 var update = flag.Bool("update", false, "rewrite testdata/golden/go.* from events.json")
 
@@ -223,24 +225,34 @@ func TestGoldenPartitions(t *testing.T) {
 // the same events, and its packed bytes and extension are Go's, byte for
 // byte.
 func TestGoldenDecodesPython(t *testing.T) {
+	testGoldenDecodes(t, "python", "written by the Python tests: make test, or pytest in clients/python")
+}
+
+// TestGoldenDecodesNode: the same for the Node package's files, which its
+// tests write (clients/node/test/golden.test.js).
+func TestGoldenDecodesNode(t *testing.T) {
+	testGoldenDecodes(t, "node", "written by the Node tests: make test, or npm test in clients/node")
+}
+
+func testGoldenDecodes(t *testing.T, lang, writer string) {
 	want := goldenEvents(t)
-	packed, err := os.ReadFile(filepath.Join(goldenDir, "python.packed"))
+	packed, err := os.ReadFile(filepath.Join(goldenDir, lang+".packed"))
 	if err != nil {
-		t.Fatalf("%v (written by the Python tests: make test, or pytest in clients/python)", err)
+		t.Fatalf("%v (%s)", err, writer)
 	}
-	ext, err := os.ReadFile(filepath.Join(goldenDir, "python.ext"))
+	ext, err := os.ReadFile(filepath.Join(goldenDir, lang+".ext"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, err := Decode(map[string]any{"v": "1", "n": itoa(len(want)), "batch": string(packed), "x": string(ext)})
 	if err != nil {
-		t.Fatalf("Decode(python.packed, python.ext) = %v", err)
+		t.Fatalf("Decode(%s.packed, %s.ext) = %v", lang, lang, err)
 	}
 	if d := cmp.Diff(want, got); d != "" {
-		t.Errorf("python.packed with python.ext decoded (-want +got):\n%s", d)
+		t.Errorf("%s.packed with %s.ext decoded (-want +got):\n%s", lang, lang, d)
 	}
 	if batch, x := PackAll(want); !bytes.Equal(packed, batch) || !bytes.Equal(ext, x) {
-		t.Errorf("python.packed and python.ext are not what PackAll writes for the same events")
+		t.Errorf("%s.packed and %s.ext are not what PackAll writes for the same events", lang, lang)
 	}
 	// A collector without the extension reads the same events without
 	// their optional fields.
@@ -252,14 +264,14 @@ func TestGoldenDecodesPython(t *testing.T) {
 		bare[i].TraceID, bare[i].SpanID, bare[i].Headroom = want[i].TraceID, want[i].SpanID, want[i].Headroom
 	}
 	if d := cmp.Diff(want, bare); d != "" {
-		t.Errorf("python.packed without its extension (-want +got):\n%s", d)
+		t.Errorf("%s.packed without its extension (-want +got):\n%s", lang, d)
 	}
 
-	singles, err := os.ReadFile(filepath.Join(goldenDir, "python.single.json"))
+	singles, err := os.ReadFile(filepath.Join(goldenDir, lang+".single.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := cmp.Diff(want, decodeSingles(t, singles)); d != "" {
-		t.Errorf("python.single.json decoded (-want +got):\n%s", d)
+		t.Errorf("%s.single.json decoded (-want +got):\n%s", lang, d)
 	}
 }

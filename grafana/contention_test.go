@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockscope/lockscope/internal/promqltest"
+	"github.com/lockscope/lockscope/test/promqltest"
 )
 
 // panelExpr is the first query of the panel titled title, with Grafana's

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockscope/lockscope/internal/promqltest"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/test/promqltest"
 )
 
 const (

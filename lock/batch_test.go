@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -161,7 +161,7 @@ func TestDirectAndBatched(t *testing.T) {
 	if total := piped + single; total < 32*200*3 {
 		t.Errorf("32 callers: %d commands sent, want at least %d", total, 32*200*3)
 	}
-	redistest.WaitFor(t, 3*time.Second, "the crowd's flushers done", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "the crowd's flushers done", func() bool {
 		c.batch.mu.Lock()
 		defer c.batch.mu.Unlock()
 		return c.batch.inflight == 0
@@ -291,7 +291,7 @@ func TestResultsUnderCancellation(t *testing.T) {
 				t.Fatalf("%d obtains succeeded and %d gave up, want some of each (the test proves nothing otherwise)", got.Load(), gaveUp.Load())
 			}
 			t.Logf("%d obtained, %d gave up", got.Load(), gaveUp.Load())
-			redistest.WaitFor(t, 5*time.Second, "obtains whose callers left released", func() bool {
+			redistest.WaitFor(t, 15*time.Second, "obtains whose callers left released", func() bool {
 				return len(rdb.Keys(context.Background(), p+"*").Val()) == 0
 			})
 		})

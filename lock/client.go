@@ -25,7 +25,7 @@ type Options struct {
 	// risk.
 	Degraded bool
 	// TraceContext returns the trace and span the caller's context carries
-	// (extra/otel reads an OpenTelemetry span), so that a lock's events
+	// (extra/lockotel reads an OpenTelemetry span), so that a lock's events
 	// name the trace that waited for it and the trace that held it. nil
 	// means no ids, at no cost. It is called on the lock path, once per
 	// Obtain, Try, Do or ForceRelease and only when Recorder is set: it must
@@ -48,6 +48,8 @@ type Client struct {
 	batch *batcher
 	local *localLocks                                         // nil unless Options.Degraded
 	trace func(context.Context) (event.TraceID, event.SpanID) // nil unless Options.TraceContext and Recorder
+
+	listen listener // the leases that hear release requests (listen.go)
 }
 
 // New returns a Client using rdb, which may be a single-node, Sentinel
@@ -57,6 +59,7 @@ func New(rdb redis.UniversalClient, opt *Options) *Client {
 		opt = &Options{}
 	}
 	c := &Client{rdb: rdb, owner: opt.Owner, rec: opt.Recorder, batch: newBatcher(rdb)}
+	c.listen.rdb, c.listen.linger = rdb, listenLinger
 	if c.owner == "" {
 		c.owner = DefaultOwner()
 	}

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/eventrec"
+
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // TestCluster runs the lock on a real 3-master cluster (started once: it
@@ -14,7 +16,7 @@ import (
 func TestCluster(t *testing.T) {
 	cl := redistest.StartCluster(t).Client(t)
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &eventrec.Recorder{}
 	c := New(cl, &Options{Owner: "clustered", Recorder: rec})
 
 	t.Run("FenceKey in the key's slot", func(t *testing.T) {

@@ -84,6 +84,15 @@
 // gone back by more than the outage lasted. Fences are therefore large
 // numbers (about 1.7e15 today); they stay below 2^53, exact in JSON.
 //
+// FenceGuard is the resource's half: Set writes a Redis-held resource only
+// with a fence at least the highest it accepted (one script), Updated
+// reports the outcome of the SQL form
+//
+//	UPDATE orders SET total = $2, fence = $1 WHERE id = $3 AND fence <= $1
+//
+// and each refusal is recorded as a fence_rejected event, so that lockscope
+// says of two holders at once whether fencing held.
+//
 // # Degraded mode
 //
 // With Options.Degraded, when Redis cannot be reached (connection refused,
@@ -113,7 +122,7 @@
 // With Options.TraceContext set as well, events carry the trace and span
 // id the hook reads from the caller's context, so a wait seen in lockscope
 // leads to the trace that waited and a hold to the trace that held. The
-// package knows nothing of OpenTelemetry: extra/otel supplies the hook (and
+// package knows nothing of OpenTelemetry: extra/lockotel supplies the hook (and
 // spans for waits and holds). An obtain's events carry its context's ids;
 // a hold's events (renewed, released, lost) carry the ids of the context it
 // was obtained in, whichever context later calls get.

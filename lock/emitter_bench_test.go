@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // A benchmark loop records tens of millions of events a second, far more than

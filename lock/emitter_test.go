@@ -14,11 +14,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // The goroutine redistest starts to reap each redis-server process it (re)starts.
-var ignoreRedistest = goleak.IgnoreAnyFunction("github.com/lockscope/lockscope/internal/redistest.(*Server).Start.func1")
+var ignoreRedistest = goleak.IgnoreAnyFunction("github.com/lockscope/lockscope/internal/testkit/redistest.(*Server).Start.func1")
 
 // everyEventType returns one event of each type with every field its type
 // carries, keys made of awkward bytes.
@@ -128,7 +128,7 @@ func TestEmitterFlushesByInterval(t *testing.T) {
 	e.Record(want)
 
 	var got []event.Event
-	redistest.WaitFor(t, 5*time.Second, "the event to be flushed without Flush, Close or a full batch", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "the event to be flushed without Flush, Close or a full batch", func() bool {
 		got = redistest.ReadStream(t, rdb, stream).Events
 		return len(got) > 0
 	})
@@ -137,7 +137,7 @@ func TestEmitterFlushesByInterval(t *testing.T) {
 	}
 	// The interval keeps working after the first flush.
 	e.Record(want)
-	redistest.WaitFor(t, 5*time.Second, "the second event", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "the second event", func() bool {
 		got = redistest.ReadStream(t, rdb, stream).Events
 		return len(got) == 2
 	})

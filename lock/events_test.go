@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockscope/lockscope/internal/testkit/eventrec"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/lockscope/lockscope/event"
@@ -59,9 +62,7 @@ func TestEventFields(t *testing.T) {
 		{Type: event.Acquired, Key: key, Owner: "app/host/1", Lease: l3.ID(), TTL: time.Second, Attempts: 1},
 		{Type: event.Forced, Key: key, Owner: "app/host/1", Lease: l3.ID(), By: "operator", Reason: "stuck"},
 	}
-	rec.mu.Lock()
-	got := append([]event.Event(nil), rec.events...)
-	rec.mu.Unlock()
+	got := rec.Events()
 	if l.Fence() <= 0 {
 		t.Errorf("fenced lease Fence() = %d, want > 0", l.Fence())
 	}
@@ -121,16 +122,14 @@ func TestCycleEventTimes(t *testing.T) {
 			t.Fatalf("Obtain(%q) = %v, want a lease", key, err)
 		}
 		t1 := time.Now()
-		time.Sleep(2 * time.Millisecond) // a hold the clock can see
+		redistest.WaitFor(t, 10*time.Second, "a hold the clock can see", func() bool { return time.Since(l.Since()) >= time.Millisecond })
 		t2 := time.Now()
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("Release = %v", err)
 		}
 		t3 := time.Now()
 
-		rec.mu.Lock()
-		got := append([]event.Event(nil), rec.events...)
-		rec.mu.Unlock()
+		got := rec.Events()
 		if len(got) != 2 || got[0].Type != event.Acquired || got[1].Type != event.Released {
 			t.Fatalf("deadline %v: events %v, want acquired and released", deadline, got)
 		}
@@ -190,7 +189,7 @@ func TestEventsReadBackFromStream(t *testing.T) {
 	ctx := context.Background()
 	stream := p + "events"
 	em := NewEmitter(rdb, &EmitterOptions{Stream: stream})
-	rec := &recorder{}
+	rec := &eventrec.Recorder{}
 	c := New(rdb, &Options{Owner: "svc/host/7", Recorder: tee{rec, em}})
 	key := p + "k\n<b>"
 
@@ -208,9 +207,7 @@ func TestEventsReadBackFromStream(t *testing.T) {
 	}
 
 	got := streamEvents(t, rdb, stream)
-	rec.mu.Lock()
-	want := append([]event.Event(nil), rec.events...)
-	rec.mu.Unlock()
+	want := rec.Events()
 	// The second Release is a no-op without a round trip or an event.
 	types := []event.Type{event.Acquired, event.Failed, event.Renewed, event.Released,
 		event.Acquired, event.Forced, event.Lost}

@@ -17,7 +17,8 @@ func Example_instrumented() {
 	defer done()
 	ctx := context.Background()
 
-	events := lock.NewEmitter(rdb, nil)
+	// README begin: README.md shows the lines from here to README end.
+	events := lock.NewEmitter(rdb, nil) // batches events in the background; Record never blocks
 	client := lock.New(rdb, &lock.Options{Owner: "billing-worker", Recorder: events})
 
 	err := client.Do(ctx, "invoice:17", 10*time.Second, &lock.ObtainOptions{
@@ -32,6 +33,7 @@ func Example_instrumented() {
 	if errors.As(err, &held) && held.Holder != nil {
 		fmt.Printf("invoice:17 is held by %s for %v more\n", held.Holder.Owner, held.Holder.TTL)
 	}
+	// README end
 	fmt.Println("err:", err)
 
 	// Close flushes what is buffered; the collector reads it from the stream.

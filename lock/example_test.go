@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 	"github.com/redis/go-redis/v9"
 )
@@ -113,8 +113,9 @@ func ExampleLease_Fence() {
 	fenced := &lock.ObtainOptions{Fencing: true}
 
 	first, _ := client.Obtain(ctx, "file:report.csv", 100*time.Millisecond, fenced)
-	time.Sleep(150 * time.Millisecond) // first stalls past its TTL...
-	second, _ := client.Obtain(ctx, "file:report.csv", time.Second, fenced)
+	<-first.Done() // first stalls past its TTL...
+	second, _ := client.Obtain(ctx, "file:report.csv", time.Second,
+		&lock.ObtainOptions{Fencing: true, Retry: lock.LinearBackoff(10 * time.Millisecond)})
 
 	fmt.Println("second writes:", store.Write(second.Fence(), "fresh"))
 	fmt.Println("first writes late:", store.Write(first.Fence(), "stale"))

@@ -27,14 +27,18 @@ const FencePrefix = "lockscope:fence:"
 //
 // The three forms differ right after the prefix ('t', '{', 's'), so no two
 // lock keys share a counter. The counter never expires.
-func FenceKey(key string) string {
+func FenceKey(key string) string { return slotKey(FencePrefix, key) }
+
+// slotKey returns prefix (which holds no braces) and key in the three forms
+// FenceKey describes: a key in key's cluster hash slot, unique to key.
+func slotKey(prefix, key string) string {
 	if _, ok := hashTag(key); ok {
-		return FencePrefix + "t:" + key
+		return prefix + "t:" + key
 	}
 	if key != "" && !strings.Contains(key, "}") {
-		return FencePrefix + "{" + key + "}"
+		return prefix + "{" + key + "}"
 	}
-	return FencePrefix + "s:{" + slotTag(Slot(key)) + "}" + key
+	return prefix + "s:{" + slotTag(Slot(key)) + "}" + key
 }
 
 // hashTag returns the hash tag of key as Redis Cluster finds it.

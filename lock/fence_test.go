@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestFencesIncreaseAcrossExpiry(t *testing.T) {
@@ -20,7 +20,7 @@ func TestFencesIncreaseAcrossExpiry(t *testing.T) {
 			t.Fatalf("obtain %d: fence %d, want > previous %d", i, l.Fence(), last)
 		}
 		last = l.Fence()
-		redistest.WaitFor(t, 2*time.Second, "lock expired", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
+		redistest.WaitFor(t, 15*time.Second, "lock expired", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
 	}
 	// Released locks too, in quick succession.
 	for i := range 5 {
@@ -63,7 +63,7 @@ func TestFencesIncreaseAcrossRestart(t *testing.T) {
 		t.Fatalf("fence counter survived the restart (%d), the test proves nothing", n)
 	}
 	var l *Lease
-	redistest.WaitFor(t, 5*time.Second, "obtain after restart", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "obtain after restart", func() bool {
 		var err error
 		l, err = c.Obtain(ctx, key, time.Second, fenced)
 		return err == nil

@@ -3,12 +3,16 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestForceRelease(t *testing.T) {
@@ -32,7 +36,7 @@ func TestForceRelease(t *testing.T) {
 		if n := rdb.Exists(ctx, key).Val(); n != 0 {
 			t.Errorf("key exists after ForceRelease")
 		}
-		f := rec.of(event.Forced)
+		f := rec.Of(event.Forced)
 		if len(f) != 1 || f[0].Owner != "holder" || f[0].By != "ops@example" || f[0].Reason != "stuck job" ||
 			f[0].Lease != l.ID() || f[0].Key != key || f[0].Fence != l.Fence() || f[0].Hold <= 0 {
 			t.Errorf("forced events = %+v, want one naming holder, operator, reason, lease, hold", f)
@@ -46,7 +50,7 @@ func TestForceRelease(t *testing.T) {
 		first.Release(ctx)
 		second := mustObtain(t, New(rdb, &Options{Owner: "newcomer"}), key, 10*time.Second, nil)
 		v0, pttl0 := keyState(t, rdb, key)
-		n := len(rec.of(event.Forced))
+		n := len(rec.Of(event.Forced))
 
 		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "stale view")
 		if !errors.Is(err, ErrOwnerChanged) {
@@ -59,7 +63,7 @@ func TestForceRelease(t *testing.T) {
 		if v1 != v0 || pttl1 > pttl0 || pttl1 <= 0 {
 			t.Errorf("key after stale ForceRelease = %q (PTTL %v), want unchanged %q (PTTL <= %v)", v1, pttl1, v0, pttl0)
 		}
-		if len(rec.of(event.Forced)) != n {
+		if len(rec.Of(event.Forced)) != n {
 			t.Errorf("a refused ForceRelease recorded a forced event")
 		}
 	})
@@ -92,19 +96,31 @@ func TestForceRelease(t *testing.T) {
 
 	t.Run("renewing holder sees it within one interval", func(t *testing.T) {
 		key := p + "c"
-		const ttl = 600 * time.Millisecond
+		// Long enough that the lease's own clock never ends it first: the
+		// lost event's reason (not_owner, not error) says the next renewal
+		// found the key gone.
+		const ttl = 3 * time.Second
 		l := mustObtain(t, c, key, ttl, &ObtainOptions{AutoRenew: true})
 		seen, _ := c.Inspect(ctx, key)
 		if _, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "test"); err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if !waitClosed(l.Context().Done(), ttl/3+200*time.Millisecond) {
-			t.Fatalf("lease context not cancelled within one renewal interval (%v) of the forced release", ttl/3)
+		if !waitClosed(l.Context().Done(), 30*time.Second) {
+			t.Fatalf("lease context not cancelled 30s after the forced release, want at the next renewal (every %v)", ttl/3)
 		}
-		t.Logf("lease saw the forced release after %v", time.Since(start))
+		t.Logf("lease saw the forced release after %v (renewal interval %v)", time.Since(start).Round(time.Millisecond), ttl/3)
 		if !errors.Is(l.Err(), ErrLost) {
 			t.Errorf("Err() = %v, want ErrLost", l.Err())
+		}
+		var lost []event.Event
+		for _, e := range rec.Of(event.Lost) {
+			if e.Lease == l.ID() {
+				lost = append(lost, e)
+			}
+		}
+		if len(lost) != 1 || lost[0].Reason != event.ReasonNotOwner {
+			t.Errorf("lost events = %+v, want one with reason not_owner: the renewal saw the release", lost)
 		}
 	})
 }
@@ -125,10 +141,9 @@ func TestForceReleaseOfConstantValues(t *testing.T) {
 		if err != nil || !seen.Ambiguous || !strings.HasPrefix(seen.Fingerprint, Fingerprint("1")+"@") {
 			t.Fatalf("Inspect = %+v, %v; want ambiguous, fingerprint with the expiry", seen, err)
 		}
-		// The holder dies, its lock expires, a successor takes it with the same value.
-		time.Sleep(5 * time.Millisecond)
-		rdb.Del(ctx, key)
-		rdb.SetNX(ctx, key, "1", 10*time.Second)
+		// The holder dies, its lock expires, a successor takes it with the
+		// same value, and (a millisecond on at least) another expiry.
+		successor(t, rdb, key, "1", seen.ExpireAt)
 		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "stale view")
 		if !errors.Is(err, ErrOwnerChanged) || h == nil || h.Fingerprint == seen.Fingerprint {
 			t.Errorf("ForceRelease(stale) = %+v, %v; want ErrOwnerChanged with the new holder", h, err)
@@ -156,9 +171,7 @@ func TestForceReleaseOfConstantValues(t *testing.T) {
 			t.Fatalf("Inspect = %+v, %v; want ambiguous, fingerprint with the expiry", seen, err)
 		}
 		// The holder releases; the same process takes the lock again.
-		time.Sleep(5 * time.Millisecond)
-		rdb.Del(ctx, key)
-		rdb.SetNX(ctx, key, v, 10*time.Second)
+		successor(t, rdb, key, v, seen.ExpireAt)
 		h, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", "stale view")
 		if !errors.Is(err, ErrOwnerChanged) || h == nil || h.Fingerprint == seen.Fingerprint {
 			t.Errorf("ForceRelease(stale) = %+v, %v; want ErrOwnerChanged with the new holder", h, err)
@@ -213,5 +226,25 @@ func TestForceReleaseOfConstantValues(t *testing.T) {
 		if _, err := c.ForceRelease(ctx, key, seen.Fingerprint, "ops", ""); err != nil {
 			t.Errorf("ForceRelease after a renewal = %v", err)
 		}
+	})
+}
+
+// successor replaces key's value v by the same v with the same 10 s TTL,
+// as a successor writes it, once the clock has moved far enough that its
+// absolute expiry differs from expireAt (unix ms): what tells the two apart.
+func successor(t *testing.T, rdb redis.UniversalClient, key, v string, expireAt int64) {
+	t.Helper()
+	ctx := context.Background()
+	redistest.WaitFor(t, 10*time.Second, "a successor with another expiry", func() error {
+		if err := rdb.Del(ctx, key).Err(); err != nil {
+			return err
+		}
+		if err := rdb.SetNX(ctx, key, v, 10*time.Second).Err(); err != nil {
+			return err
+		}
+		if at := rdb.PExpireTime(ctx, key).Val().Milliseconds(); at == expireAt {
+			return fmt.Errorf("expiry %d, the predecessor's", at)
+		}
+		return nil
 	})
 }

@@ -2,6 +2,7 @@ package lock
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -9,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // TestRefreshHeadroom: a renewal's headroom is the TTL left when it landed,
@@ -17,14 +18,14 @@ import (
 // around Obtain and Refresh allow, whatever the host's speed.
 func TestRefreshHeadroom(t *testing.T) {
 	t.Parallel()
-	c, _, rec, p := newClient(t, "headroom")
+	c, rdb, rec, p := newClient(t, "headroom")
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 
 	before := time.Now()
 	l := mustObtain(t, c, p+"k", ttl, nil)
 	obtained := time.Now()
-	time.Sleep(50 * time.Millisecond)
+	ttlGone(t, rdb, p+"k", ttl, 50*time.Millisecond)
 	refreshing := time.Now()
 	if err := l.Refresh(ctx, ttl); err != nil {
 		t.Fatalf("Refresh = %v", err)
@@ -35,7 +36,7 @@ func TestRefreshHeadroom(t *testing.T) {
 	// The last write was sent in [before, obtained]; the refresh's reply came
 	// in [refreshing, after].
 	lo, hi := before.Add(ttl).Sub(after), obtained.Add(ttl).Sub(refreshing)
-	got := rec.of(event.Renewed)
+	got := rec.Of(event.Renewed)
 	if len(got) != 1 {
 		t.Fatalf("renewed events = %d, want 1", len(got))
 	}
@@ -46,7 +47,7 @@ func TestRefreshHeadroom(t *testing.T) {
 		t.Errorf("Lease.Headroom() = %v, want the event's %v", h, got[0].Headroom)
 	}
 	if h := got[0].Headroom; h > ttl-50*time.Millisecond {
-		t.Errorf("renewed headroom = %v, want at most the TTL less the 50ms slept", h)
+		t.Errorf("renewed headroom = %v, want at most the TTL less the 50ms waited", h)
 	}
 }
 
@@ -58,12 +59,12 @@ func TestAutoRenewHeadroom(t *testing.T) {
 	c, _, rec, p := newClient(t, "headroom")
 	const ttl = 3 * time.Second // renewed every second: a loaded host still keeps it
 	l := mustObtain(t, c, p+"k", ttl, &ObtainOptions{AutoRenew: true})
-	redistest.WaitFor(t, 20*time.Second, "three renewals", func() bool { return len(rec.of(event.Renewed)) >= 3 || l.Err() != nil })
+	redistest.WaitFor(t, 20*time.Second, "three renewals", func() bool { return len(rec.Of(event.Renewed)) >= 3 || l.Err() != nil })
 	if err := l.Err(); err != nil {
-		t.Fatalf("lease Err = %v after %d renewals, want held", err, len(rec.of(event.Renewed)))
+		t.Fatalf("lease Err = %v after %d renewals, want held", err, len(rec.Of(event.Renewed)))
 	}
 	l.Release(context.Background())
-	got := rec.of(event.Renewed)
+	got := rec.Of(event.Renewed)
 	for i, e := range got {
 		if e.Headroom <= 0 || e.Headroom > ttl {
 			t.Errorf("renewal %d headroom = %v, want in (0, %v]", i, e.Headroom, ttl)
@@ -104,7 +105,7 @@ func (r *riskCalls) get() ([]time.Duration, []error) {
 // its TTL left, with what is left then.
 func TestAtRiskRearmedByRefresh(t *testing.T) {
 	t.Parallel()
-	c, _, _, p := newClient(t, "headroom")
+	c, rdb, _, p := newClient(t, "headroom")
 	ctx := context.Background()
 	const ttl = 10 * time.Second
 	risk := newRiskCalls()
@@ -112,7 +113,7 @@ func TestAtRiskRearmedByRefresh(t *testing.T) {
 	// refresh, sent well before, moves it to 5 s after the refresh.
 	l := mustObtain(t, c, p+"k", ttl, &ObtainOptions{AtRisk: risk.atRisk, AtRiskBelow: 0.5})
 	defer l.Release(ctx)
-	time.Sleep(300 * time.Millisecond)
+	ttlGone(t, rdb, p+"k", ttl, 300*time.Millisecond)
 	refreshing := time.Now()
 	if err := l.Refresh(ctx, ttl); err != nil {
 		t.Fatalf("Refresh = %v", err)
@@ -161,19 +162,36 @@ func TestAtRiskBeforeLapse(t *testing.T) {
 		t.Errorf("lease Err at AtRisk = %v, want nil: the warning comes before the lapse", errs[0])
 	}
 	redistest.WaitFor(t, 10*time.Second, "lease lost at its TTL", func() bool { return l.Err() != nil })
-	time.Sleep(100 * time.Millisecond)
+	// Only the warning timer calls AtRisk: one that is still armed after
+	// the lapse would call it again, whenever it fires.
+	l.mu.Lock()
+	armed := l.warn != nil && l.warn.Stop()
+	l.mu.Unlock()
+	if armed {
+		t.Error("AtRisk warning still armed after the lapse, want it spent")
+	}
 	if n, _ := risk.get(); len(n) != 1 {
 		t.Errorf("AtRisk calls = %d, want 1", len(n))
 	}
 }
 
-// slowRefresh delays every refresh script call by delay, once armed.
+// slowRefresh holds every refresh script call, once armed, until released:
+// a Redis turned slow for exactly as long as the test needs.
 type slowRefresh struct {
-	mu    sync.Mutex
-	delay time.Duration
+	mu   sync.Mutex
+	gate chan struct{} // nil: not armed
 }
 
-func (s *slowRefresh) set(d time.Duration) { s.mu.Lock(); s.delay = d; s.mu.Unlock() }
+func (s *slowRefresh) arm() { s.mu.Lock(); s.gate = make(chan struct{}); s.mu.Unlock() }
+
+func (s *slowRefresh) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+}
 
 func (s *slowRefresh) DialHook(next redis.DialHook) redis.DialHook { return next }
 
@@ -202,9 +220,11 @@ func (s *slowRefresh) wait(cmd redis.Cmder) {
 		return
 	}
 	s.mu.Lock()
-	d := s.delay
+	gate := s.gate
 	s.mu.Unlock()
-	time.Sleep(d)
+	if gate != nil {
+		<-gate
+	}
 }
 
 // TestAtRiskSlowRenewal: auto-renewal against a Redis that turned slow
@@ -216,26 +236,40 @@ func TestAtRiskSlowRenewal(t *testing.T) {
 	slow := &slowRefresh{}
 	rdb.AddHook(slow)
 	c := New(rdb, &Options{Owner: "headroom", Recorder: rec})
-	const ttl, delay = 6 * time.Second, 3200 * time.Millisecond
+	const ttl = 6 * time.Second
 	risk := newRiskCalls()
 	l := mustObtain(t, c, p+"k", ttl, &ObtainOptions{AutoRenew: true, AtRisk: risk.atRisk})
 	defer l.Release(context.Background())
-	// The first renewal is sent a third of the TTL (2 s) in; held 3.2 s on
-	// the way, it lands with at most 0.8 s of 6 s left: under a quarter
-	// (the warning comes at 4.5 s), with 0.8 s to spare for a loaded host.
-	slow.set(delay)
+	// The first renewal is sent a third of the TTL (2 s) in and held on the
+	// way until the warning (at 4.5 s, a quarter of 6 s left): it lands
+	// with under a quarter left, 1.5 s to spare for a loaded host.
+	slow.arm()
+	defer slow.release()
 	select {
 	case <-risk.calls:
 	case <-time.After(20 * time.Second):
 		t.Fatal("AtRisk not called while the renewal was slow")
 	}
-	slow.set(0)
-	redistest.WaitFor(t, 20*time.Second, "a renewal", func() bool { return len(rec.of(event.Renewed)) >= 1 })
-	h := rec.of(event.Renewed)[0].Headroom
-	if h <= 0 || h > ttl/3*2-delay {
-		t.Errorf("slow renewal headroom = %v, want in (0, %v]", h, ttl/3*2-delay)
+	slow.release()
+	redistest.WaitFor(t, 20*time.Second, "a renewal", func() bool { return len(rec.Of(event.Renewed)) >= 1 || l.Err() != nil })
+	if l.Err() != nil {
+		t.Fatalf("lease Err = %v, want nil: the slow renewal landed in time", l.Err())
+	}
+	h := rec.Of(event.Renewed)[0].Headroom
+	if h <= 0 || h > ttl/4 {
+		t.Errorf("slow renewal headroom = %v, want in (0, %v]: it landed after the warning", h, ttl/4)
 	}
 	if l.Err() != nil {
 		t.Errorf("lease Err = %v, want nil: the slow renewal landed in time", l.Err())
 	}
+}
+
+// ttlGone waits until Redis shows at least d of key's ttl gone: time a test
+// lets pass between two calls, read where it passes.
+func ttlGone(t *testing.T, rdb redis.UniversalClient, key string, ttl, d time.Duration) {
+	t.Helper()
+	redistest.WaitFor(t, 10*time.Second, fmt.Sprintf("%v of %s's TTL gone", d, key), func() bool {
+		_, pttl := keyState(t, rdb, key)
+		return pttl > 0 && pttl < ttl-d // below: PTTL counts whole milliseconds
+	})
 }

@@ -2,47 +2,23 @@ package lock
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/eventrec"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // recorder is a Recorder that keeps every event.
-type recorder struct {
-	mu     sync.Mutex
-	events []event.Event
-}
-
-func (r *recorder) Record(e event.Event) {
-	r.mu.Lock()
-	r.events = append(r.events, e)
-	r.mu.Unlock()
-}
-
-// of returns the recorded events of type t.
-func (r *recorder) of(t event.Type) []event.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []event.Event
-	for _, e := range r.events {
-		if e.Type == t {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 // newClient returns a client of the shared server, its Redis client, a
 // recorder receiving its events and a key prefix unique to the test.
-func newClient(t *testing.T, owner string) (*Client, *redis.Client, *recorder, string) {
+func newClient(t *testing.T, owner string) (*Client, *redis.Client, *eventrec.Recorder, string) {
 	t.Helper()
 	rdb := redistest.Shared(t).Client(t)
-	rec := &recorder{}
+	rec := &eventrec.Recorder{}
 	return New(rdb, &Options{Owner: owner, Recorder: rec}), rdb, rec, redistest.KeyPrefix(t)
 }
 
@@ -91,4 +67,23 @@ func streamEvents(t *testing.T, rdb redis.UniversalClient, stream string) []even
 		}
 	}
 	return got
+}
+
+// attemptsWithin bounds the attempts an Obtain with retry can make before
+// deadline: one at the start, one after each wait that ends before it, and
+// one after the last wait, which the deadline cuts short. Each wait counts
+// as half what the strategy returns, the least ExponentialBackoff's jitter
+// can make it, so that the bound holds for every draw.
+func attemptsWithin(retry RetryStrategy, deadline time.Duration) int {
+	n, waited := 1, time.Duration(0)
+	for {
+		d, again := retry.Backoff(n)
+		if !again {
+			return n
+		}
+		n++
+		if waited += d / 2; waited >= deadline {
+			return n
+		}
+	}
 }

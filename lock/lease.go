@@ -38,6 +38,7 @@ type Lease struct {
 	err        error
 	parent     context.Context // until the lease context exists
 	detach     bool            // the parent's cancellation does not reach the lease
+	listens    bool            // ReleaseRequested was called: the client's listener has it (listen.go); in padding, the Lease stays 480 bytes
 	ctx        context.Context
 	outer      *Lease // the lease whose context the obtain ran under, if any
 	cancel     context.CancelCauseFunc
@@ -179,6 +180,9 @@ func (l *Lease) end() {
 	if l.stop != nil {
 		close(l.stop)
 		l.stop = nil
+	}
+	if l.listens {
+		l.c.listen.remove(l)
 	}
 }
 

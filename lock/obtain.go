@@ -365,7 +365,7 @@ func (c *Client) fail(a *attempt, holder *Holder, reason string, cause error) er
 // per wait, so that who waits on whom is known while it happens.
 func (c *Client) waiting(ctx context.Context, a *attempt, holder *Holder) {
 	e := event.Event{Type: event.Waiting, Key: a.key, Owner: a.owner, Lease: a.l.ID(), Attempts: 1,
-		Reason: event.JoinLeases(heldLeases(ctx)), TraceID: a.trace, SpanID: a.span}
+		Reason: event.JoinLeases(HeldLeases(ctx)), TraceID: a.trace, SpanID: a.span}
 	if holder != nil {
 		e.Holder, e.Degraded = holder.Owner, holder.Degraded
 	}
@@ -373,24 +373,6 @@ func (c *Client) waiting(ctx context.Context, a *attempt, holder *Holder) {
 		e.Wait = max(time.Until(dl), 0)
 	}
 	c.record(e)
-}
-
-// maxHeldLeases bounds the leases a waiting event lists.
-const maxHeldLeases = 16
-
-// heldLeases lists the leases ctx carries (Lease.Context, Do) that still
-// hold their lock, innermost first.
-func heldLeases(ctx context.Context) []string {
-	var out []string
-	for l, _ := FromContext(ctx); l != nil && len(out) < maxHeldLeases; l = l.outer {
-		l.mu.Lock()
-		held := l.state == stateHeld
-		l.mu.Unlock()
-		if held {
-			out = append(out, l.ID())
-		}
-	}
-	return out
 }
 
 func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *ObtainOptions, at time.Time, fence int64, degraded bool) *Lease {
@@ -412,9 +394,11 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 		// The event's time is the lease's since, the time the value
 		// stored in Redis carries: a collector rebuilding from the value
 		// and one that saw the event show the same acquisition time.
+		// Reason lists the leases the caller already holds (the
+		// lock-order graph's edges); "" at no cost when it holds none.
 		c.record(event.Event{Type: event.Acquired, Key: a.key, Owner: a.owner, Lease: l.ID(), TS: at.UnixNano(),
 			Wait: time.Since(a.start), TTL: a.ttl, Attempts: a.attempts, Fence: fence, Degraded: degraded,
-			TraceID: a.trace, SpanID: a.span})
+			Reason: event.JoinLeases(HeldLeases(ctx)), TraceID: a.trace, SpanID: a.span})
 	}
 	if o.AutoRenew {
 		l.startRenewal()
@@ -435,29 +419,26 @@ func (c *Client) acquired(ctx context.Context, detach bool, a *attempt, o *Obtai
 // Redis answers or the time is up. unsure says the obtain's own reply was
 // lost: it may not have run yet, since it went on a connection go-redis
 // has given up on and Redis may read it after this release, which goes on
-// another. Then a release that found nothing looks again twice, after
-// orphanRetry and after ten times that.
+// another. Then a release that found nothing looks again, after orphanRetry
+// and then twice as long each time, for as long as the lock can live: a
+// request Redis held back (a pause, a stall, a queue of thousands) may run
+// seconds later, and a release that stopped looking after a second left
+// such a key held by nobody until its TTL. Each look is one round trip,
+// and only an abandoned obtain makes them.
 func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Duration, unsure bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(ttl, time.Second))
 	defer cancel()
-	looks := 1
-	if unsure {
-		looks = 3
-	}
 	pause := orphanRetry
-	for looks > 0 {
+	for {
 		n, err := releaseScript.Run(ctx, rdb, []string{key}, head).Int64()
 		var re redis.Error
 		switch {
 		case err == nil && n == 1:
 			return
-		case err == nil:
-			looks-- // nothing of ours there yet
+		case err == nil && !unsure:
+			return // the obtain ran and is gone already
 		case errors.As(err, &re), errors.Is(err, redis.ErrClosed):
 			return // Redis answered, or the client was closed: nobody can release
-		}
-		if looks == 0 {
-			return
 		}
 		select {
 		case <-ctx.Done():
@@ -465,7 +446,7 @@ func releaseOrphan(rdb redis.UniversalClient, key string, head any, ttl time.Dur
 		case <-time.After(pause):
 		}
 		if err == nil {
-			pause *= 10
+			pause *= 2 // nothing of ours there yet: look again, less often
 		}
 	}
 }

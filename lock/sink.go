@@ -3,10 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,13 +20,13 @@ type Sink interface {
 }
 
 // StreamTrim is how a sink trims the stream as it writes: to about MaxLen
-// entries (XADD ... MAXLEN ~), or else to the entries at most MaxAge older
-// than the newest one (XADD ... MINID ~). MaxAge is measured on the
-// stream's own clock, the times in the IDs Redis gives the entries (the
-// newest this sink has written), so no client's clock can trim what another
-// client wrote a moment ago. The zero value never trims. "~" lets Redis trim
-// only whole internal nodes (100 entries by default), which is cheap; so a
-// stream keeps a little more than asked.
+// entries (XADD ... MAXLEN ~), or else to the entries at most MaxAge old
+// (XADD ... MINID ~), by event.Retention's rule: the age is measured on
+// Redis's clock (TIME), never on an entry ID another writer may have chosen
+// nor on this client's clock, and a stream with an ID in the future keeps
+// event.RetentionAheadKeep entries after it. The zero value never trims.
+// "~" lets Redis trim only whole internal nodes (100 entries by default),
+// which is cheap; so a stream keeps a little more than asked.
 type StreamTrim struct {
 	MaxLen int64
 	MaxAge time.Duration
@@ -42,8 +39,8 @@ type StreamSink struct {
 	rdb    redis.UniversalClient
 	stream string
 	trim   StreamTrim
-	newest atomic.Int64 // ms time of the newest entry ID written, for MaxAge
-	bufs   sync.Pool    // *packBuf, reused only after a write succeeded
+	ret    *event.Retention // MaxAge's rule; nil when trimming by length or never
+	bufs   sync.Pool        // *packBuf, reused only after a write succeeded
 }
 
 var _ Sink = (*StreamSink)(nil)
@@ -62,7 +59,20 @@ func NewStreamSinkTrim(rdb redis.UniversalClient, stream string, trim StreamTrim
 	if stream == "" {
 		stream = event.DefaultStream
 	}
-	return &StreamSink{rdb: rdb, stream: stream, trim: trim}
+	return &StreamSink{rdb: rdb, stream: stream, trim: trim, ret: retention(trim)}
+}
+
+// retention is trim's age rule, nil when it trims by length or never.
+func retention(trim StreamTrim) *event.Retention {
+	if trim.MaxLen > 0 || trim.MaxAge <= 0 {
+		return nil
+	}
+	return event.NewRetention(trim.MaxAge)
+}
+
+// syncClock asks Redis for its time when rules need it (event.SyncClock).
+func syncClock(ctx context.Context, rdb redis.UniversalClient, rules ...*event.Retention) {
+	event.SyncClock(func() (time.Time, error) { return rdb.Time(ctx).Result() }, rules...)
 }
 
 // Stream returns the stream key the sink writes to.
@@ -91,20 +101,20 @@ func (s *StreamSink) Write(ctx context.Context, events []event.Event) error {
 }
 
 func (s *StreamSink) xadd(ctx context.Context, n int, batch, ext []byte) error {
-	id, err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.trim, s.newest.Load(), n, batch, ext)).Result()
+	if s.ret != nil {
+		syncClock(ctx, s.rdb, s.ret)
+	}
+	id, err := s.rdb.XAdd(ctx, xaddArgs(s.stream, s.trim, s.ret, n, batch, ext)).Result()
 	if err != nil {
 		return fmt.Errorf("lock: XADD %d events to %q: %w", n, s.stream, err)
 	}
-	if ms := idTime(id); ms > s.newest.Load() {
-		s.newest.Store(ms) // a concurrent Write may store an older one: it only trims a little less
-	}
+	s.ret.Written(id)
 	return nil
 }
 
-// xaddArgs is the XADD of one packed entry to stream, trimmed as trim says;
-// newest is the ms time of the newest entry ID written to the stream so far
-// (0: none yet, and nothing is trimmed by age).
-func xaddArgs(stream string, trim StreamTrim, newest int64, n int, batch, ext []byte) *redis.XAddArgs {
+// xaddArgs is the XADD of one packed entry to stream, trimmed as trim says
+// (by age: as ret, the stream's rule, says now).
+func xaddArgs(stream string, trim StreamTrim, ret *event.Retention, n int, batch, ext []byte) *redis.XAddArgs {
 	a := &redis.XAddArgs{
 		Stream: stream,
 		Approx: true,
@@ -113,21 +123,10 @@ func xaddArgs(stream string, trim StreamTrim, newest int64, n int, batch, ext []
 	switch {
 	case trim.MaxLen > 0:
 		a.MaxLen = trim.MaxLen
-	case trim.MaxAge > 0 && newest > trim.MaxAge.Milliseconds():
-		a.MinID = strconv.FormatInt(newest-trim.MaxAge.Milliseconds(), 10)
+	case ret != nil:
+		a.MinID = ret.MinID(time.Now())
 	}
 	return a
-}
-
-// idTime is the ms time of a stream entry ID ("1700000000000-0"), 0 if id
-// is not one.
-func idTime(id string) int64 {
-	ms, _, _ := strings.Cut(id, "-")
-	t, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil || t < 0 {
-		return 0
-	}
-	return t
 }
 
 // packBuf holds packed entries: one buffer of batches and one of their

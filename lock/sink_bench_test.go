@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // BenchmarkStreamSinkEntrySize writes packed entries of n events (acquire

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // BenchmarkClusterStream writes batches of 512 events of distinct keys to a

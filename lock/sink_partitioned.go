@@ -21,7 +21,7 @@ type PartitionedStreamSink struct {
 	rdb     redis.UniversalClient
 	streams []string
 	trim    StreamTrim
-	newest  []int64 // per partition: ms time of the newest entry ID written
+	rets    []*event.Retention // per partition: its age rule (nil: by length or never)
 
 	mu    sync.Mutex // one Write at a time: the buffers below are reused
 	parts [][]event.Event
@@ -40,10 +40,14 @@ func NewPartitionedStreamSink(rdb redis.UniversalClient, stream string, n int, m
 
 // NewPartitionedStreamSinkTrim returns a sink writing to n partitions of
 // stream ("" means event.DefaultStream), each trimmed as trim says (by
-// age: on each partition's own clock, which on a Cluster is its master's).
+// age: each partition by its own event.Retention, on Redis's clock).
 func NewPartitionedStreamSinkTrim(rdb redis.UniversalClient, stream string, n int, trim StreamTrim) *PartitionedStreamSink {
 	streams := event.Streams(stream, n)
-	return &PartitionedStreamSink{rdb: rdb, streams: streams, trim: trim, newest: make([]int64, len(streams)), parts: make([][]event.Event, len(streams))}
+	rets := make([]*event.Retention, len(streams))
+	for i := range rets {
+		rets[i] = retention(trim)
+	}
+	return &PartitionedStreamSink{rdb: rdb, streams: streams, trim: trim, rets: rets, parts: make([][]event.Event, len(streams))}
 }
 
 // Streams returns the partition stream keys, in partition order.
@@ -73,21 +77,24 @@ func (s *PartitionedStreamSink) Write(ctx context.Context, events []event.Event)
 		s.pb.pack(s.parts[p])
 		s.ends = append(s.ends, len(s.pb.entries))
 	}
+	if s.rets[0] != nil {
+		syncClock(ctx, s.rdb, s.rets...)
+	}
 	pipe := s.rdb.Pipeline()
 	e := 0
 	for p, end := range s.ends {
 		for ; e < end; e++ {
 			en := s.pb.entries[e]
-			pipe.XAdd(ctx, xaddArgs(s.streams[p], s.trim, s.newest[p], en.n, s.pb.b[en.start:en.end], s.pb.x[en.xstart:en.xend]))
+			pipe.XAdd(ctx, xaddArgs(s.streams[p], s.trim, s.rets[p], en.n, s.pb.b[en.start:en.end], s.pb.x[en.xstart:en.xend]))
 		}
 	}
 	cmds, err := pipe.Exec(ctx)
-	// The IDs Redis gave, from each partition's clock, whatever else failed.
+	// The IDs Redis gave each partition, whatever else failed.
 	e = 0
 	for p, end := range s.ends {
 		for ; e < end && e < len(cmds); e++ {
 			if c, ok := cmds[e].(*redis.StringCmd); ok && c.Err() == nil {
-				s.newest[p] = max(s.newest[p], idTime(c.Val()))
+				s.rets[p].Written(c.Val())
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestStreamSinkWritesOnePackedEntry(t *testing.T) {
@@ -210,14 +210,6 @@ func TestPartitionedStreamSinkTrimsByAge(t *testing.T) {
 	for _, p := range streams {
 		if kinds := redistest.AgedKinds(t, rdb, p); kinds["old"] >= 100 || kinds["recent"] != 300 || kinds[""] != 3 {
 			t.Errorf("%s: %v, want under 100 old, 300 recent and 3 of the sink's", p, kinds)
-		}
-	}
-}
-
-func TestIDTime(t *testing.T) {
-	for id, want := range map[string]int64{"1700000000000-0": 1700000000000, "5-17": 5, "": 0, "x-1": 0, "-3-1": 0} {
-		if got := idTime(id); got != want {
-			t.Errorf("idTime(%q) = %d, want %d", id, got, want)
 		}
 	}
 }

@@ -123,7 +123,7 @@ func TestHostileKeys(t *testing.T) {
 		}
 		rdb.Del(ctx, FenceKey(key))
 	}
-	if a, r := rec.of(event.Acquired), rec.of(event.Released); len(a) != 10 || len(r) != 10 || a[3].Key != p+strings.Repeat("x", 10<<10) || r[4].Key != p+"\xff\xfe\xfd invalid utf-8" {
+	if a, r := rec.Of(event.Acquired), rec.Of(event.Released); len(a) != 10 || len(r) != 10 || a[3].Key != p+strings.Repeat("x", 10<<10) || r[4].Key != p+"\xff\xfe\xfd invalid utf-8" {
 		t.Errorf("events: %d acquired, %d released, want 10 each carrying the exact keys", len(a), len(r))
 	}
 }

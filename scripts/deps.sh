@@ -5,9 +5,10 @@
 # python3-pytest, and pip and setuptools to install it) when any is missing:
 # with apt-get when root on Debian, otherwise it prints the one command to
 # run and fails. Then the dashboard's accessibility checkers
-# (axe-core, html-validate) from tools/a11y/package-lock.json and the other
+# (axe-core, html-validate) from tools/a11y/package-lock.json, the other
 # libraries' lock clients (node-redisson, node-redlock) from
-# tools/foreign/package-lock.json, with npm ci.
+# tools/foreign/package-lock.json and the Node package's dependencies from
+# clients/node/package-lock.json, with npm ci.
 # Go tools (templ, staticcheck) come from go.mod's tool directives.
 set -euo pipefail
 declare -A pkg=(
@@ -31,16 +32,18 @@ done
 if ! { /usr/bin/python3 -c 'import redis, pytest, setuptools' && /usr/bin/python3 -m pip --version; } >/dev/null 2>&1; then
   need+=(python3 python3-redis python3-pytest python3-pip python3-setuptools)
 fi
-tools="$(cd "$(dirname "$0")/.." && pwd)/tools"
+root="$(cd "$(dirname "$0")/.." && pwd)"
 npm_ci() {
-  # Each tools/ folder is reinstalled only when its lock file changed since
-  # the last install: a11y (axe-core, html-validate) for the dashboard's
-  # tests, foreign (node-redisson, node-redlock, ioredis) for the
-  # collector's tests of other libraries' locks.
-  for d in a11y foreign; do
-    if [ ! -f "$tools/$d/node_modules/.package-lock.json" ] || [ "$tools/$d/package-lock.json" -nt "$tools/$d/node_modules/.package-lock.json" ]; then
-      echo "deps: npm ci in tools/$d"
-      npm ci --prefix "$tools/$d" --no-audit --no-fund --loglevel=error
+  # Each folder is reinstalled only when its lock file changed since the
+  # last install: tools/a11y (axe-core, html-validate) for the dashboard's
+  # tests, tools/foreign (node-redisson, node-redlock, ioredis) for the
+  # collector's tests of other libraries' locks, clients/node (the Node
+  # package's ioredis and node-redlock, TypeScript for its types) for its
+  # own tests.
+  for d in tools/a11y tools/foreign clients/node; do
+    if [ ! -f "$root/$d/node_modules/.package-lock.json" ] || [ "$root/$d/package-lock.json" -nt "$root/$d/node_modules/.package-lock.json" ]; then
+      echo "deps: npm ci in $d"
+      npm ci --prefix "$root/$d" --no-audit --no-fund --loglevel=error
     fi
   done
 }

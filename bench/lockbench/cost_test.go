@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -30,7 +31,12 @@ const (
 // turn (BenchmarkCycle) cannot promise that, and there the difference was
 // noise (from -20 to +29 % at 16 callers). Each pair gives 1 - on/off in
 // cycles per second; reported are the median over the pairs (events-cost-%)
-// and the quartiles.
+// and the quartiles. Each pair also gives the client's CPU per cycle (this
+// process's user + system time, the emitter's goroutine and the window's
+// Flush included; Redis runs in a process of its own) with events over
+// without: cpu-cost-% is the median over the pairs of on/off - 1, with its
+// quartiles, what the instrumentation costs where the client's CPU is what
+// limits (a loaded host).
 //
 // stream=trimmed fills the stream to its trimmed length first, so every
 // window runs in the regime a stream whose MaxLen fits its rate stays in;
@@ -116,12 +122,14 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 		opt = waiting
 	}
 
-	// window runs callers cycling on sd for d and returns cycles per second.
-	window := func(sd *side, d time.Duration) float64 {
+	// window runs callers cycling on sd for d and returns cycles per second
+	// and the process's CPU time per cycle.
+	window := func(sd *side, d time.Duration) (rate float64, cpu time.Duration) {
 		var stop atomic.Bool
 		var done atomic.Int64
 		var failed atomic.Pointer[error]
 		var wg sync.WaitGroup
+		cpu0 := redistest.SelfCPU(b)
 		start := time.Now()
 		t := time.AfterFunc(d, func() { stop.Store(true) })
 		defer t.Stop()
@@ -152,10 +160,15 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 			}
 		}
 		elapsed := time.Since(start)
+		cpu = redistest.SelfCPU(b) - cpu0
 		if err := failed.Load(); err != nil {
 			b.Fatalf("cycle: %v", *err)
 		}
-		return float64(done.Load()) / elapsed.Seconds()
+		n := done.Load()
+		if n == 0 {
+			b.Fatal("no cycle completed in a window")
+		}
+		return float64(n) / elapsed.Seconds(), cpu / time.Duration(n)
 	}
 
 	for range b.N {
@@ -163,19 +176,22 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 		window(on, costWindow)
 		window(off, costWindow)
 		costs := make([]float64, 0, costPairs)
+		cpuCosts := make([]float64, 0, costPairs)
 		ons := make([]float64, 0, costPairs)
 		offs := make([]float64, 0, costPairs)
 		for i := range costPairs {
 			var a, z float64
+			var ca, cz time.Duration
 			if i%2 == 0 {
-				a = window(on, costWindow)
-				z = window(off, costWindow)
+				a, ca = window(on, costWindow)
+				z, cz = window(off, costWindow)
 			} else {
-				z = window(off, costWindow)
-				a = window(on, costWindow)
+				z, cz = window(off, costWindow)
+				a, ca = window(on, costWindow)
 			}
 			ons, offs = append(ons, a), append(offs, z)
 			costs = append(costs, 100*(1-a/z))
+			cpuCosts = append(cpuCosts, 100*(float64(ca)/float64(cz)-1))
 		}
 		if st := on.em.Stats(); st.Dropped > 0 {
 			b.Fatalf("the emitter dropped %d events: the cost of events that were not written is not measured", st.Dropped)
@@ -183,6 +199,9 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 		b.ReportMetric(quantile(costs, 0.5), "events-cost-%")
 		b.ReportMetric(quantile(costs, 0.25), "p25-%")
 		b.ReportMetric(quantile(costs, 0.75), "p75-%")
+		b.ReportMetric(quantile(cpuCosts, 0.5), "cpu-cost-%")
+		b.ReportMetric(quantile(cpuCosts, 0.25), "cpu-p25-%")
+		b.ReportMetric(quantile(cpuCosts, 0.75), "cpu-p75-%")
 		b.ReportMetric(quantile(ons, 0.5), "on-cycles/s")
 		b.ReportMetric(quantile(offs, 0.5), "off-cycles/s")
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -391,8 +391,15 @@ func TestCyclesLock(t *testing.T) {
 		if err := c.cycle(ctx, key, false); err == nil {
 			t.Errorf("%s: cycle on a held key = nil, want an error", l.name)
 		}
-		go func() { time.Sleep(20 * time.Millisecond); held.Release(ctx) }()
-		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		// Released once the waiting cycle has tried: it waits, whatever the
+		// library, and gets the key at a retry.
+		tries := &redistest.Commands{Key: key}
+		rdb.AddHook(tries)
+		go func() {
+			redistest.Poll(t.Context(), func() bool { return tries.N() > 0 })
+			held.Release(ctx)
+		}()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := c.cycle(wctx, key, true); err != nil {
 			t.Errorf("%s: waiting cycle = %v, want nil once the holder releases", l.name, err)
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // TestBenchScriptRuns keeps bench/cycle.py (BENCHMARKS.md, "Python lock

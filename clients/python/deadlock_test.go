@@ -15,7 +15,7 @@ import (
 
 	"github.com/lockscope/lockscope/extra/redislockscope"
 	"github.com/lockscope/lockscope/extra/redsyncscope"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 

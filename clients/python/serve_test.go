@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // serve is a running `lockscope serve`.
@@ -266,6 +266,19 @@ func (p *pyProc) expect(t testing.TB, prefix string, within time.Duration) strin
 				return l
 			}
 		case <-p.done:
+			// Every line was queued before done closed: those not read
+			// yet may hold the one wanted.
+			for {
+				select {
+				case l := <-p.lines:
+					if strings.HasPrefix(l, prefix) {
+						return l
+					}
+					continue
+				default:
+				}
+				break
+			}
 			t.Fatalf("python exited (%v) before printing %q", p.cmd.ProcessState, prefix)
 		case <-timer.C:
 			t.Fatalf("python printed no %q within %v", prefix, within)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // oneLine checks that stderr is exactly one line starting with prefix and
@@ -51,6 +51,10 @@ func TestBadUsageExits2WithOneLine(t *testing.T) {
 		{"bad class rule", nil, []string{"serve", "--class", "=x"}, "lockscope serve: ", `invalid class rule "=x"`},
 		{"bad watch kind", []string{"LOCKSCOPE_WATCH=lock:*=tll"}, []string{"serve"}, "lockscope serve: ", `--watch (LOCKSCOPE_WATCH): watch rule "lock:*=tll": unknown kind "tll"`},
 		{"user without password", []string{"LOCKSCOPE_OPERATOR_USER=ana"}, []string{"serve"}, "lockscope serve: ", "LOCKSCOPE_OPERATOR_USER needs LOCKSCOPE_OPERATOR_PASSWORD"},
+		{"weak token", nil, []string{"serve", "--operator-token", "a"}, "lockscope serve: ", "LOCKSCOPE_OPERATOR_TOKEN (--operator-token) is shorter than 16 characters"},
+		{"token of few characters", []string{"LOCKSCOPE_OPERATOR_TOKEN=abababababababababab"}, []string{"serve"}, "lockscope serve: ", "LOCKSCOPE_OPERATOR_TOKEN (--operator-token) has 2 distinct characters, fewer than 8"},
+		{"weak password", []string{"LOCKSCOPE_OPERATOR_USER=ana"}, []string{"serve", "--operator-password", "x"}, "lockscope serve: ", "LOCKSCOPE_OPERATOR_PASSWORD (--operator-password) is shorter than 12 characters"},
+		{"password one character", []string{"LOCKSCOPE_OPERATOR_USER=ana", "LOCKSCOPE_OPERATOR_PASSWORD=aaaaaaaaaaaaaaaa"}, []string{"demo"}, "lockscope demo: ", "LOCKSCOPE_OPERATOR_PASSWORD (--operator-password) is one character repeated"},
 		{"trace url without id", nil, []string{"serve", "--trace-url", "https://tempo.example.com/trace/"}, "lockscope serve: ", "--trace-url (LOCKSCOPE_TRACE_URL): trace URL must contain {trace_id}"},
 		{"trace url not http", []string{"LOCKSCOPE_TRACE_URL=javascript:alert('{trace_id}')"}, []string{"demo"}, "lockscope demo: ", "--trace-url (LOCKSCOPE_TRACE_URL): trace URL must be http:// or https://"},
 		{"bad redis url", nil, []string{"inspect", "--redis", "http://x", "k"}, "lockscope inspect: ", "invalid Redis URL"},

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // The compose stack cannot run here (no Docker engine), so these tests check
@@ -53,9 +53,17 @@ func TestComposeConfigIsValid(t *testing.T) {
 	}
 	cmd := exec.Command(bin, "-f", "docker-compose.yml", "config", "-q")
 	cmd.Dir = repoRoot
-	cmd.Env = environ(nil)
+	cmd.Env = environ([]string{"LOCKSCOPE_OPERATOR_PASSWORD=compose-test-password"})
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("docker-compose -f docker-compose.yml config -q: %v\n%s", err, out)
+	}
+	// Without an operator password it refuses to start, saying why (no
+	// default password that anyone who reads the file knows).
+	cmd = exec.Command(bin, "-f", "docker-compose.yml", "config", "-q")
+	cmd.Dir = repoRoot
+	cmd.Env = environ(nil)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "set LOCKSCOPE_OPERATOR_PASSWORD") {
+		t.Errorf("docker-compose config without LOCKSCOPE_OPERATOR_PASSWORD = %v\n%s\nwant it refused, saying to set it", err, out)
 	}
 }
 

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/promqltest"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/test/promqltest"
 )
 
 type exemplarSeries struct {

@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -24,7 +25,7 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)
 	ctx := context.Background()
-	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=s3cret"},
+	base, _ := serveReady(t, []string{"LOCKSCOPE_REDIS_URL=" + srv.URL(), "LOCKSCOPE_OPERATOR_TOKEN=s3cret-token-0123"},
 		"--watch", "py:*,rs:*", "--watch-no-ttl")
 
 	// redis-py's Lock.acquire and redsync's Mutex.Lock, command for command.
@@ -106,10 +107,10 @@ func TestForeignTokensAreNeverShownReadOnly(t *testing.T) {
 	if code, body := do(reveal, "wrong"); code != http.StatusUnauthorized || strings.Contains(body, locks["py:invoice-7"].token) {
 		t.Errorf("reveal with a wrong token = %d %s, want 401 without the value", code, body)
 	}
-	if code, body := do(reveal, "s3cret"); code != 200 || !strings.Contains(body, `"value":"`+locks["py:invoice-7"].token+`"`) {
+	if code, body := do(reveal, "s3cret-token-0123"); code != 200 || !strings.Contains(body, `"value":"`+locks["py:invoice-7"].token+`"`) {
 		t.Errorf("operator reveal = %d %s, want 200 with the value", code, body)
 	}
-	if code, body := do("/keys/"+url.PathEscape("rs:cart-42")+"/release", "s3cret"); code != 200 || !strings.Contains(body, locks["rs:cart-42"].token) {
+	if code, body := do("/keys/"+url.PathEscape("rs:cart-42")+"/release", "s3cret-token-0123"); code != 200 || !strings.Contains(body, locks["rs:cart-42"].token) {
 		t.Errorf("release confirmation for an operator = %d, want 200 showing the stored value", code)
 	}
 
@@ -217,9 +218,13 @@ func TestForcedReleaseOfConstantValues(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &seen) != nil || !strings.Contains(seen.Fingerprint, "@") {
 		t.Fatalf("inspect = %d %s; want a fingerprint with the expiry", code, out)
 	}
-	time.Sleep(5 * time.Millisecond)
-	rdb.Del(ctx, "cron:nightly")
-	rdb.SetNX(ctx, "cron:nightly", "1", time.Minute)
+	// Written a millisecond on at least, so that its expiry differs.
+	_, seenAt, _ := strings.Cut(seen.Fingerprint, "@")
+	redistest.WaitFor(t, 10*time.Second, "a successor with another expiry", func() bool {
+		rdb.Del(ctx, "cron:nightly")
+		rdb.SetNX(ctx, "cron:nightly", "1", time.Minute)
+		return strconv.FormatInt(rdb.PExpireTime(ctx, "cron:nightly").Val().Milliseconds(), 10) != seenAt
+	})
 	_, errOut, code := lockscope(t, env, "", "release", "cron:nightly", "--fingerprint", seen.Fingerprint, "--reason", "stale view", "--yes")
 	if code != 3 || rdb.Exists(ctx, "cron:nightly").Val() != 1 {
 		t.Errorf("release of the dead holder's view = %d (%s); want 3 and the successor untouched", code, errOut)
@@ -242,15 +247,15 @@ func TestForcedReleaseOfConstantValues(t *testing.T) {
 
 	// The dashboard's confirmation: the same rule, with a checkbox.
 	rdb.Set(ctx, "flag:deploy", "1", 0)
-	base, _ := serveReady(t, append(env, "LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=pw"))
-	resp, page := request(t, base+"/keys/flag:deploy/release", "", "ops", "pw")
+	base, _ := serveReady(t, append(env, "LOCKSCOPE_OPERATOR_USER=ops", "LOCKSCOPE_OPERATOR_PASSWORD=pw-0123456789"))
+	resp, page := request(t, base+"/keys/flag:deploy/release", "", "ops", "pw-0123456789")
 	if resp.StatusCode != 200 || !strings.Contains(page, `data-testid="ambiguous-warning"`) || !strings.Contains(page, `name="accept_ambiguous"`) {
 		t.Fatalf("confirmation = %d; want the warning and the checkbox:\n%s", resp.StatusCode, page)
 	}
 	post := func(form url.Values) (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/keys/flag:deploy/release", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.SetBasicAuth("ops", "pw")
+		req.SetBasicAuth("ops", "pw-0123456789")
 		resp, b := send(t, req)
 		return resp.StatusCode, b
 	}
@@ -292,7 +297,16 @@ func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(2 * time.Second) // past the time a passive release waits for its forced event
+	// A passive release waits (parked, 750 ms) for its forced event, or
+	// until a later event of its key: a successor's hold settles it at once.
+	rdb.SetNX(ctx, key, "0a1b2c3d4e5f60718293a4b5c6d7e8f9", time.Minute)
+	redistest.WaitFor(t, 10*time.Second, "the successor to be seen held", func() error {
+		_, body, _ := get(ctx, base+"/api/v1/locks/"+key)
+		if !strings.Contains(body, `"held":true`) {
+			return errors.New("not held yet: " + body)
+		}
+		return nil
+	})
 	_, m, _ := get(ctx, base+"/metrics")
 	if n, found := metricSum(m, `lockscope_releases_total{class="py:export-*",outcome="released"}`); !found || n != 0 {
 		t.Errorf("lockscope_releases_total of the class = %v (found %v): want 0, the forced release counted once", n, found)
@@ -313,9 +327,10 @@ func TestForcedReleaseOfAWatchedLockCountsOnce(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	// The lock was seen acquired, or found held by the watcher's first scan
-	// (renewed) if it was taken before the subscription.
-	if tl := strings.Join(types, ","); v.Held || tl != "forced,acquired" && tl != "forced,renewed" {
-		t.Errorf("after the forced release: held %v, timeline %v; want free, [forced acquired]", v.Held, types)
+	// (renewed) if it was taken before the subscription; then forced, then
+	// the successor's hold.
+	if tl := strings.Join(types, ","); !v.Held || tl != "acquired,forced,acquired" && tl != "acquired,forced,renewed" {
+		t.Errorf("after the forced release and a successor: held %v, timeline %v; want held, [acquired forced acquired]", v.Held, types)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // A Redis URL's password never reaches the terminal or the logs, whether the

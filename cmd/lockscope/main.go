@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/lockscope/lockscope/internal/cli"
+	"github.com/lockscope/lockscope/cmd/lockscope/internal/cli"
 )
 
 func main() {

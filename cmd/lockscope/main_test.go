@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/syncbuf"
 )
 
 // These tests build the lockscope binary and drive it as a user would: flags,

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -240,13 +241,12 @@ func TestLocksShowsWaiters(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for got := counts(); got["inventory:sku-1"] != 2 || got["inventory:sku-2"] != 0; got = counts() {
-		if time.Now().After(deadline) {
-			t.Fatalf("locks waiters = %v, want sku-1: 2, sku-2: 0", got)
+	redistest.WaitFor(t, 30*time.Second, "two waiters on sku-1", func() error {
+		if got := counts(); got["inventory:sku-1"] != 2 || got["inventory:sku-2"] != 0 {
+			return fmt.Errorf("locks waiters = %v, want sku-1: 2, sku-2: 0", got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	stdout, _, _ := lockscope(t, env, "", "locks", "inventory:sku-1")
 	if !strings.Contains(stdout, "WAITING") || !strings.Contains(stdout, "  2  ") {
 		t.Errorf("locks table lacks the WAITING column with 2:\n%s", stdout)
@@ -254,11 +254,10 @@ func TestLocksShowsWaiters(t *testing.T) {
 	// The holder releases: both waits end, one acquires, the other then
 	// waits on it or gets it next; soon nobody waits.
 	l.Release(ctx)
-	deadline = time.Now().Add(5 * time.Second)
-	for got := counts(); got["inventory:sku-1"] != 0; got = counts() {
-		if time.Now().After(deadline) {
-			t.Fatalf("locks waiters after the release = %v, want none", got)
+	redistest.WaitFor(t, 30*time.Second, "no waiter after the release", func() error {
+		if got := counts(); got["inventory:sku-1"] != 0 {
+			return fmt.Errorf("locks waiters after the release = %v, want none", got)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -103,7 +103,7 @@ func TestExemplars(t *testing.T) {
 		t.Errorf("%d wait series, want 1", n)
 	}
 
-	// Served as /metrics is (internal/cli): OpenMetrics when asked for,
+	// Served as /metrics is (cmd/lockscope/internal/cli): OpenMetrics when asked for,
 	// with the exemplars; the classic text format otherwise, without.
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg, EnableOpenMetrics: true}))
 	defer srv.Close()

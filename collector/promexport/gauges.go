@@ -5,6 +5,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/lockscope/lockscope/collector/state"
+	"github.com/lockscope/lockscope/event/class"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -28,6 +29,13 @@ type State interface {
 	// HotTop returns the top n keys of window by ranking, and the window's
 	// exact total of the ranked figure.
 	HotTop(window time.Duration, by state.Ranking, n int) ([]state.HotKey, int64)
+	// LockOrderInversions returns the lock-order inversions (class-order
+	// cycles seen within the window) found by the last scan.
+	LockOrderInversions() int
+	// TrackedKeys returns the number of keys with state in memory now.
+	TrackedKeys() int
+	// LockOrderHolds returns the holds the lock-order graph knows by lease.
+	LockOrderHolds() int
 }
 
 var _ State = (*state.Aggregator)(nil)
@@ -38,6 +46,7 @@ var _ State = (*state.Aggregator)(nil)
 type stateCollector struct {
 	src                                                                               State
 	held, waiters, oldestWait, cycles, stuck, stuckAfter, noExpiry, oldest, lastEvent *prometheus.Desc
+	lockOrderInversions, trackedKeys, lockOrderHolds                                  *prometheus.Desc
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -50,10 +59,16 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.noExpiry
 	ch <- c.oldest
 	ch <- c.lastEvent
+	ch <- c.lockOrderInversions
+	ch <- c.trackedKeys
+	ch <- c.lockOrderHolds
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.cycles, prometheus.GaugeValue, float64(c.src.DeadlockCycles()))
+	ch <- prometheus.MustNewConstMetric(c.lockOrderInversions, prometheus.GaugeValue, float64(c.src.LockOrderInversions()))
+	ch <- prometheus.MustNewConstMetric(c.trackedKeys, prometheus.GaugeValue, float64(c.src.TrackedKeys()))
+	ch <- prometheus.MustNewConstMetric(c.lockOrderHolds, prometheus.GaugeValue, float64(c.src.LockOrderHolds()))
 	// Absent, not 0, while no event is known: a restarted replica that
 	// exported 0 before its rebuild looked 56 years stale for a scrape.
 	if t := c.src.LastEvent(); !t.IsZero() {
@@ -123,7 +138,7 @@ func labelValue(s string) string {
 	if len(s) <= maxKeyLabelLen && utf8.ValidString(s) && !hasControl(s) {
 		return s
 	}
-	b, n := state.AppendSanitized(make([]byte, 0, maxKeyLabelLen+3), s, maxKeyLabelLen)
+	b, n := class.AppendSanitized(make([]byte, 0, maxKeyLabelLen+3), s, maxKeyLabelLen)
 	if n < len(s) {
 		b = append(b, "…"...)
 	}

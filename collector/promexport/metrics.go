@@ -64,6 +64,7 @@ type Metrics struct {
 	handoffs        *prometheus.CounterVec
 	headroom        *prometheus.HistogramVec
 	headroomRatio   *prometheus.HistogramVec
+	releaseRequests *prometheus.CounterVec
 
 	events    *prometheus.CounterVec
 	malformed prometheus.Counter
@@ -75,8 +76,13 @@ type Metrics struct {
 	incidents *prometheus.CounterVec
 	cut       *prometheus.CounterVec
 
+	incidentsMalformed prometheus.Counter
+
 	state *stateCollector
 	hot   *hotKeyCollector
+
+	overlaps       *prometheus.CounterVec
+	overlapSeconds *prometheus.HistogramVec
 
 	now func() time.Time // paces the exemplars (exemplarEvery)
 }
@@ -180,9 +186,17 @@ func New() *Metrics {
 		deadlocks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "deadlocks_detected_total",
 			Help: "Deadlocks found: cycles in the wait-for graph, each counted once when it appears."}),
 		incidents: counter("incidents_total",
-			"Incidents this collector opened, by kind (stuck, deadlock, lease_lost, holder_expired, forced, wait_queue): the Grafana annotation source; the history is GET /api/v1/incidents.", "kind"),
+			"Incidents this collector opened, by kind (stuck, deadlock, lease_lost, holder_expired, forced, wait_queue, release_request, overlap): the Grafana annotation source; the history is GET /api/v1/incidents.", "kind"),
+		releaseRequests: counter("release_requests_total",
+			"Holds an operator asked to release (the requested event), once per hold, by outcome: released (by its holder), forced (by an operator), ignored (the hold ended otherwise, or outlasted the request's grace by 5 minutes).", "class", "outcome"),
 		cut: counter("event_fields_cut_total",
 			"Event fields longer than the collector keeps, by field: owner, lease, holder and by are cut to 256 bytes, reason to 512; a key over 512 bytes is not cut, its event is skipped.", "field"),
+		overlaps: counter("overlaps_total",
+			"Two holders at once: a lease acquired a lock while its previous holder still believed it held it, by cause (expired: the TTL lapsed under a holder that worked on; vanished: the key disappeared without a release, expiry or forced release; forced: an operator released it while the holder worked).", "class", "cause"),
+		overlapSeconds: durationHistogram("overlap_seconds",
+			"How long two holders overlapped: from the second holder's acquisition to the first holder's last word (its TTL's end when it said nothing), once per overlap.", durationBuckets),
+		incidentsMalformed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: "incident_records_malformed_total",
+			Help: "Values of the shared incident history that are not incident records: skipped by this replica's reads (each once while it stays), replaced or dropped by its writes."}),
 	}
 	m.state = &stateCollector{
 		held: prometheus.NewDesc(namespace+"_held_locks", "Locks held now.", []string{"class"}, nil),
@@ -202,6 +216,12 @@ func New() *Metrics {
 			"Locks held now without a TTL (watched keys holding a known library's token, or any value under a --watch PATTERN=any): if the holder dies they stay held.", []string{"class"}, nil),
 		oldest: prometheus.NewDesc(namespace+"_oldest_hold_start_timestamp_seconds",
 			"Unix time the oldest current hold began; absent while nothing of the class is held.", []string{"class"}, nil),
+		lockOrderInversions: prometheus.NewDesc(namespace+"_lock_order_inversions",
+			"Lock-order inversions now: cycles of lock classes each taken while holding the previous one, every order seen within --lock-order-window (callers taking them at once would deadlock).", nil, nil),
+		trackedKeys: prometheus.NewDesc(namespace+"_tracked_keys",
+			"Keys whose state the collector keeps in memory now (at most --max-keys; the least recently active are evicted past it).", nil, nil),
+		lockOrderHolds: prometheus.NewDesc(namespace+"_lock_order_holds",
+			"Holds the lock-order graph knows by lease now: each acquisition's, until 30 s after its end or expiry (at most 131072; at the bound, an acquisition under a hold it does not know makes no edge).", nil, nil),
 	}
 	m.hot = &hotKeyCollector{desc: prometheus.NewDesc(namespace+"_hot_key_contentions",
 		"Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.",
@@ -230,6 +250,9 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.acquisitions, m.contentions, m.failures, m.wait, m.hold, m.releases, m.expirations,
 		m.renewalFailures, m.forced, m.handoffs, m.headroom, m.headroomRatio, m.events, m.malformed, m.dropped, m.streamGap,
 		m.lag, m.pending, m.deadlocks, m.incidents, m.cut, m.state, m.hot,
+		m.releaseRequests,
+		m.overlaps, m.overlapSeconds,
+		m.incidentsMalformed,
 	}
 }
 
@@ -272,5 +295,16 @@ func (m *Metrics) Class(class string) state.ClassMetrics {
 	for i, o := range state.ReleaseOutcomes {
 		c.Releases[i] = m.releases.WithLabelValues(class, o)
 	}
+	for i, o := range state.RequestOutcomes {
+		c.ReleaseRequests[i] = m.releaseRequests.WithLabelValues(class, o)
+	}
+	for i, cause := range state.OverlapCauses {
+		c.Overlaps[i] = m.overlaps.WithLabelValues(class, cause)
+	}
+	c.OverlapSeconds = m.overlapSeconds.WithLabelValues(class)
 	return c
 }
+
+// IncidentsMalformed is the counter of the incident history's malformed
+// values (collector.IncidentOptions.Malformed).
+func (m *Metrics) IncidentsMalformed() prometheus.Counter { return m.incidentsMalformed }

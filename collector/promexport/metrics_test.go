@@ -112,11 +112,13 @@ lockscope_events_total{type="acquired"} 4
 lockscope_events_total{type="dropped"} 1
 lockscope_events_total{type="expired"} 0
 lockscope_events_total{type="failed"} 4
+lockscope_events_total{type="fence_rejected"} 0
 lockscope_events_total{type="forced"} 1
 lockscope_events_total{type="lost"} 1
 lockscope_events_total{type="released"} 2
 lockscope_events_total{type="renew_failed"} 1
 lockscope_events_total{type="renewed"} 1
+lockscope_events_total{type="requested"} 0
 lockscope_events_total{type="waiting"} 2
 # HELP lockscope_expirations_total Holds whose TTL lapsed while held (no release or renewal), counted once per hold.
 # TYPE lockscope_expirations_total counter

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/event/class"
 )
 
 // Aggregator turns lock events into per-key state, hot keys, waiters and
@@ -81,14 +82,20 @@ import (
 // what its keys keep beyond their slots (keyState.cost) as it does past
 // MaxKeys. Waiters (waiters.go), parked releases, the hot-key sketches
 // (hotkeys.go) and the rings of expirations and forced releases are
-// bounded in number, with strings so cut. The streams that make the state
+// bounded in number, with strings so cut. Each class keeps its figures
+// over the last hour in fixed buckets, some 52 KB (class_window.go). The streams that make the state
 // keep the most leave some 210 MB live with the defaults
-// (BenchmarkHostileWorstCase).
+// (BenchmarkHostileWorstCase). The lock-order graph (lockorder.go) adds at
+// most some 20 MB: its holds by lease, edges and cycles are bounded.
 //
 // # Clocks
 //
-// Windows, series and rates are cut by the collector's clock (Config.Now)
-// when events are applied. Holds are timed by the event clock: an event's
+// The hot-key windows are cut by the collector's clock (Config.Now) when
+// events are applied. The per-step series (the overview's) count each event
+// in the step of its own time, clamped to the collector's clock, however
+// late it is read (within the series' ten minutes): a replica that reads a
+// backlog (after its replay at start, or lagging) shows what one that kept
+// up shows. Holds are timed by the event clock: an event's
 // TS, clamped to the collector's clock (no event is from the future). Expiry
 // and stuck detection compare holds against the newest applied event time
 // advanced by the wall time since it was applied, so a collector replaying
@@ -96,7 +103,7 @@ import (
 // has not read yet.
 type Aggregator struct {
 	cfg   Config
-	rules []classRule
+	rules class.Rules
 	met   Metrics // where the figures are counted (Config.Metrics)
 	tot   Totals  // met's state-wide figures
 	keys  *keyTable
@@ -104,13 +111,10 @@ type Aggregator struct {
 
 	tracked   atomic.Int64
 	malformed atomic.Int64
-	lag       atomic.Int64
-	pending   atomic.Int64
 	gap       atomic.Int64
 	lastEvent atomic.Int64 // evMax, for readers that do not take mu
 
-	healthMu sync.Mutex
-	health   error
+	parts partitions // each partition's health, lag and pending (partitions.go)
 
 	mu          sync.Mutex
 	classes     map[string]*classState
@@ -145,7 +149,19 @@ type Aggregator struct {
 	incSeen     recentIDs            // incidents counted (incidents.go)
 	byLoss      bool                 // the expiry being applied was reported by its holder (a lost event): no holder_expired incident
 	scanClock   int64                // event clock of the last stuck scan; 0 before the first (every stuck hold is then recorded)
+	stuckBefore int64                // holds stuck before this (unix ns: the previous incarnation's stop, EndReplay) were counted by it
+	incMuted    bool                 // incidentLocked records without counting (see scanLocked)
 	queues      map[string]openQueue // keys whose wait queue is an open incident
+	order       *lockOrder           // the lock-order graph (lockorder.go)
+
+	requests map[string]*pendingRequest // release requests awaiting their answer, by key and lease (requests.go)
+
+	watches    map[string][]*overlapWatch // superseded holds that may still believe they hold their key (overlap.go)
+	nWatches   int
+	watchOrder []*overlapWatch // the watches in the order they were made, decided ones among them
+	silent     silentExps      // expirations whose holder may still speak (silent.go)
+
+	recentOverlaps overlapRing
 }
 
 // MaxDroppedReport is the most one dropped event counts: a million events
@@ -166,12 +182,13 @@ func New(cfg Config) *Aggregator {
 	cfg = cfg.withDefaults()
 	a := &Aggregator{
 		cfg:     cfg,
-		rules:   compileRules(cfg.Classes),
+		rules:   class.NewRules(cfg.Classes),
 		keys:    newKeyTable(cfg.MaxKeys, cfg.MaxBytes),
 		classes: make(map[string]*classState),
 		tab:     internTab{ids: make(map[string]uint32)},
 	}
 	a.waits.init()
+	a.order = newLockOrder(cfg.LockOrderWindow)
 	a.met = cfg.Metrics
 	if a.met == nil {
 		a.met = nopMetrics{}
@@ -240,30 +257,6 @@ func (a *Aggregator) Malformed(n int) {
 	}
 	a.malformed.Add(int64(n))
 	a.tot.Malformed.Add(float64(n))
-}
-
-// SetHealth records the ingest state reported by Health.
-func (a *Aggregator) SetHealth(err error) {
-	a.healthMu.Lock()
-	a.health = err
-	a.healthMu.Unlock()
-}
-
-// Health reports the ingest state set by SetHealth: nil while the consumer
-// group is reading.
-func (a *Aggregator) Health() error {
-	a.healthMu.Lock()
-	defer a.healthMu.Unlock()
-	return a.health
-}
-
-// SetStreamStats records the consumer group's lag (entries not yet
-// delivered) and pending entries (delivered, not acknowledged).
-func (a *Aggregator) SetStreamStats(lag, pending int64) {
-	a.lag.Store(lag)
-	a.pending.Store(pending)
-	a.tot.Lag.Set(float64(lag))
-	a.tot.Pending.Set(float64(pending))
 }
 
 // StreamGap counts entries trimmed from the stream before they were read.

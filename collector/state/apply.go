@@ -57,6 +57,15 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		}
 		return
 	}
+	// The event's figures go to the step of its own time, as a live
+	// replica's and a restarted one's do: an entry read late (a replica's
+	// backlog after its replay, a lagging read, another emitter's late
+	// flush) counts where it happened, not where it was read.
+	if s := stepOf(ts); s < a.cur.step && s > a.cur.step-overviewSeriesLen {
+		cur := a.cur
+		a.cur = a.steps.at(s)
+		defer func() { a.cur = cur }()
+	}
 	sh := a.keys.shardOf(h)
 	sh.mu.Lock()
 	k := a.keyLocked(sh, h, e.Key)
@@ -71,8 +80,12 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	owner := ownerRef.s
 	lease := leaseOf(k, e.Lease)
 	r := &a.recBufs[0]
+	reason := e.Reason
+	if e.Type == event.Acquired {
+		reason = "" // the leases it held, unique per hold: the lock-order graph's (lockorder.go), not the intern table's
+	}
 	*r = record{ts: ts, typ: e.Type, owner: ownerRef, lease: ref{s: lease}, fence: e.Fence,
-		reason: a.internLocked(e.Reason), attempts: int32(min(e.Attempts, 1<<30)), trace: e.TraceID}
+		reason: a.internLocked(reason), attempts: int32(min(e.Attempts, 1<<30)), trace: e.TraceID}
 	a.rec, a.recKey = r, k
 	if e.Degraded {
 		r.flags |= recDegraded
@@ -95,6 +108,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		r.ttlMS = int32(min(e.TTL.Milliseconds(), 1<<31-1))
 		contended := e.Attempts > 1
 		c.m.Acquisitions.Inc()
+		c.win.acquired(a.cur.step, e.Passive, e.TTL)
 		k.acquisitions++
 		a.cur.acquisitions++
 		if contended {
@@ -120,6 +134,8 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		if a.olderAcquisitionLocked(k, lease, owner, ts, e.TTL) {
 			break
 		}
+		a.watchOverlapLocked(k, lease, owner, ts, e.Passive)
+		a.passiveReturnLocked(k, owner, ts, e.Passive)
 		if !k.held && !k.sameHold(lease, owner) {
 			a.keepEndedLocked(k)
 		}
@@ -150,6 +166,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 		r.who = a.internLocked(e.Holder)
 		reason := failureIndex(e.Reason)
 		c.m.Failures[reason].Inc()
+		c.win.failed(a.cur.step, reason, wait)
 		k.failures++
 		a.cur.failures++
 		if reason == reasonHeld {
@@ -161,11 +178,15 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 
 	case event.Released:
 		r.d = int64(hold)
+		overlap := a.overlapEventLocked(k, e, lease, owner, ts)
 		if e.Reason == event.ReasonNotOwner {
+			a.spokeLocked(k.key, lease, owner, ts)
 			c.m.Releases[1].Inc()
 			// The holder released a lock that was no longer its own: its
 			// lease lapsed or was taken while it worked.
-			a.lostIncidentLocked(k, lease, owner, ts, event.Released.String(), "")
+			if !overlap {
+				a.lostIncidentLocked(k, lease, owner, ts, event.Released.String(), "")
+			}
 			a.lateWordLocked(k, lease, owner, ts, true)
 			break
 		}
@@ -174,7 +195,10 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 
 	case event.Lost:
 		r.d = int64(hold)
-		a.lostIncidentLocked(k, lease, owner, ts, event.Lost.String(), e.Reason)
+		a.spokeLocked(k.key, lease, owner, ts)
+		if !a.overlapEventLocked(k, e, lease, owner, ts) {
+			a.lostIncidentLocked(k, lease, owner, ts, event.Lost.String(), e.Reason)
+		}
 		a.byLoss = true
 		a.endEventLocked(sh, k, lease, owner, ts, hold, endLost, e.TraceID)
 		a.byLoss = false
@@ -203,12 +227,35 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	case event.Renewed:
 		r.d = int64(max(e.TTL, 0))
 		r.headroom = int64(max(e.Headroom, 0))
+		a.overlapEventLocked(k, e, lease, owner, ts)
 		a.renewedLocked(sh, k, lease, owner, ts, max(e.TTL, 0), e)
 
 	case event.RenewFailed:
 		c.m.RenewalFailures.Inc()
+		a.overlapEventLocked(k, e, lease, owner, ts)
+		a.spokeLocked(k.key, lease, owner, ts)
 		a.lateWordLocked(k, lease, owner, ts, false)
+
+	case event.FenceRejected:
+		// A resource refused a write with a stale fence: its writer still
+		// worked under a lock it no longer held. A guard that knows only
+		// the fence names the hold by it.
+		if lease == "" && owner == "" {
+			lease, owner = a.holdOfFenceLocked(k, e.Fence)
+		}
+		a.overlapEventLocked(k, e, lease, owner, ts)
+		a.spokeLocked(k.key, lease, owner, ts)
+		a.lateWordLocked(k, lease, owner, ts, false)
+
+	case event.Requested:
+		r.d, r.who = int64(wait), a.internLocked(e.By)
+		r.attempts = int32(min(max(e.Count, 0), 1<<30)) // the listeners it reached
+		a.requestedLocked(k, e, lease, owner, r.who.s, r.reason.s, ts)
 	}
+	if len(a.requests) > 0 {
+		a.answerLocked(k, e, lease, ts)
+	}
+	a.orderLocked(e, c.name, k.key, owner, lease, ts)
 	k.lastEvent = ts
 	if k.owner == owner {
 		k.ownerID = ownerRef.id
@@ -240,6 +287,7 @@ func after(ts int64, d time.Duration) int64 {
 
 func (a *Aggregator) contendedLocked(k *keyState) {
 	k.class.m.Contentions.Inc()
+	k.class.win.contended(a.cur.step)
 	k.contentions++
 	a.cur.contentions++
 }
@@ -253,6 +301,7 @@ func (a *Aggregator) waitLocked(k *keyState, wait time.Duration, now int64, tr e
 		c.m.Wait.Observe(wait.Seconds())
 	}
 	a.cur.wait.add(wait)
+	c.win.waited(a.cur.step, wait)
 	k.waitTotal += int64(wait)
 	a.observe(k, obsWait, now, wait)
 }
@@ -265,6 +314,8 @@ func (a *Aggregator) holdLocked(k *keyState, hold time.Duration, tr event.TraceI
 		k.class.m.Hold.Observe(hold.Seconds())
 	}
 	a.cur.hold.add(hold)
+	k.class.win.held(a.cur.step, hold)
+	a.hot.recordHold(k.key, k.hash, k.class.name, hold)
 	k.holdTotal += int64(hold)
 	a.observe(k, obsHold, 0, hold)
 }

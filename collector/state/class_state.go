@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lockscope/lockscope/collector/internal/glob"
+	"github.com/lockscope/lockscope/event/class"
 )
 
 // A class's state and how a key finds its class: user rules first, then
@@ -22,14 +22,15 @@ type classState struct {
 	m          ClassMetrics // counted, or nopClass while muted
 	counted    ClassMetrics // Metrics.Class(name)
 	held       int
-	stuck      int   // set by Tick
-	noExpiry   int   // held without a TTL, set by Tick
-	oldest     int64 // since of the oldest hold, unix ns (refreshed by Tick)
+	stuck      int          // set by Tick
+	noExpiry   int          // held without a TTL, set by Tick
+	oldest     int64        // since of the oldest hold, unix ns (refreshed by Tick)
+	win        *classWindow // its figures over time (class_window.go)
 }
 
 // classOfLocked returns the class of key, creating it if needed.
 func (a *Aggregator) classOfLocked(key string) *classState {
-	if c, ok := ruleClass(key, a.rules); ok {
+	if c, ok := a.rules.Match(key); ok {
 		a.buf = append(a.buf[:0], c...)
 		return a.namedClassLocked(a.buf, true)
 	}
@@ -39,11 +40,10 @@ func (a *Aggregator) classOfLocked(key string) *classState {
 	// whole, after a prefix they share; the derivation goes segment by
 	// segment, so keys with the same prefix before such a segment have the
 	// same class: the last few such prefixes are remembered with it.
-	i := lastSegment(key)
-	if i == 0 || !wholeIdentifier(key[i:]) {
+	prefix, ok := class.SharedPrefix(key)
+	if !ok {
 		return a.derivedClassLocked(key)
 	}
-	prefix := key[:i]
 	for j := range a.prefixes {
 		if m := &a.prefixes[j]; m.class != nil && m.prefix == prefix {
 			return m.class
@@ -57,7 +57,7 @@ func (a *Aggregator) classOfLocked(key string) *classState {
 
 // derivedClassLocked returns the class of key by the default derivation.
 func (a *Aggregator) derivedClassLocked(key string) *classState {
-	a.buf = appendDefaultClass(a.buf[:0], key)
+	a.buf = class.AppendDefault(a.buf[:0], key)
 	return a.namedClassLocked(a.buf, false)
 }
 
@@ -88,10 +88,14 @@ func (a *Aggregator) classLocked(name string) *classState {
 	if c, ok := a.classes[name]; ok {
 		return c
 	}
-	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, counted: a.met.Class(name)}
+	born := a.nowNS()
+	if a.replaying > 0 && a.replayAt > 0 {
+		born = min(born, a.replayAt) // the replay's clock: its windows are those of the replayed events
+	}
+	c := &classState{name: name, stuckAfter: a.cfg.StuckAfter, counted: a.met.Class(name), win: newClassWindow(born)}
 	c.m = c.metricsFor(a.muted)
 	for _, r := range a.cfg.StuckRules {
-		if r.After > 0 && glob.Match(r.Pattern, name) {
+		if r.After > 0 && class.Match(r.Pattern, name) {
 			c.stuckAfter, c.stuckRule = r.After, r.Pattern
 			break
 		}

@@ -2,16 +2,6 @@ package state
 
 import "time"
 
-// ClassRule maps keys matching Pattern to a lock class. Pattern is a glob
-// over the raw key bytes in Redis's grammar, the one --watch patterns
-// follow: '*' matches any run of bytes (including ':' and '/'), '?' exactly
-// one byte, '[...]' one byte of a set (ranges, '^' negation), '\' escapes
-// the next byte; every other byte matches itself (collector/internal/glob).
-type ClassRule struct {
-	Pattern string
-	Class   string // "" means the pattern itself
-}
-
 // StuckRule sets the stuck threshold of the lock classes whose name matches
 // Pattern, a glob in the grammar of ClassRule.Pattern matched against the
 // class name: "edit:*" covers the class edit:* and edit:draft:* alike.
@@ -59,6 +49,13 @@ type Config struct {
 	// incidents.go); the collector's store keeps them in Redis. nil keeps
 	// none (lockscope_incidents_total still counts them).
 	Incidents IncidentSink
+	// LockOrderWindow is how long an edge of the lock-order graph is kept
+	// after it was last seen (lockorder.go). 0 means
+	// DefaultLockOrderWindow.
+	LockOrderWindow time.Duration
+	// LockOrder receives the lock-order edges that changed; the
+	// collector's store keeps them in Redis. nil keeps them in memory only.
+	LockOrder LockOrderSink
 }
 
 // Defaults of Config.
@@ -93,6 +90,9 @@ func (c Config) withDefaults() Config {
 	c.RecentEvents = min(c.RecentEvents, 1<<15-1) // twice it fits keyState.recN
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LockOrderWindow <= 0 {
+		c.LockOrderWindow = DefaultLockOrderWindow
 	}
 	return c
 }

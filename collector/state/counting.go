@@ -72,6 +72,12 @@ type ClassMetrics struct {
 	Handoffs        Counter
 	Headroom        Observer // TTL left when a renewal landed (seconds)
 	HeadroomRatio   Observer // the same, as a fraction of the TTL it renewed (0..1)
+
+	ReleaseRequests [len(RequestOutcomes)]Counter // holds asked to release, by RequestOutcomes (requests.go)
+	// Overlaps: two holders at once, by OverlapCauses (overlap.go);
+	// OverlapSeconds: how long they overlapped, once per overlap.
+	Overlaps       [len(OverlapCauses)]Counter
+	OverlapSeconds Observer
 }
 
 // FailureReasons are the reasons a failed obtain is counted under, in the
@@ -137,6 +143,13 @@ var (
 		for i := range c.Releases {
 			c.Releases[i] = nop{}
 		}
+		for i := range c.ReleaseRequests {
+			c.ReleaseRequests[i] = nop{}
+		}
+		for i := range c.Overlaps {
+			c.Overlaps[i] = nop{}
+		}
+		c.OverlapSeconds = nop{}
 		return c
 	}()
 )

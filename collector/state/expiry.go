@@ -122,6 +122,11 @@ func (a *Aggregator) expireLocked(sh *shard, k *keyState, at int64, hold time.Du
 // countExpirationLocked counts an expiration and returns its sequence in
 // the expirations ring.
 func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at int64, hold time.Duration, confirmed bool) uint64 {
+	k.class.m.Expirations.Inc()
+	k.class.win.expired(a.cur.step)
+	a.cur.expirations++
+	k.expSeq = a.exps.add(Expiration{Key: k.key, Class: k.class.name, Owner: owner, Lease: lease,
+		At: time.Unix(0, at), Held: hold, Confirmed: confirmed, Passive: k.passive})
 	if !a.byLoss {
 		// The incident's time is the TTL's end where the events give it:
 		// a keyspace notification's arrival differs between replicas.
@@ -129,12 +134,8 @@ func (a *Aggregator) countExpirationLocked(k *keyState, owner, lease string, at 
 		if k.held && k.lease == lease && k.expiresAt > 0 && k.expiresAt < at {
 			iat = k.expiresAt
 		}
-		a.expiredIncidentLocked(k.key, owner, iat)
+		a.silentExpiryLocked(k.key, owner, lease, iat, k.ttl, k.expSeq, k.passive)
 	}
-	k.class.m.Expirations.Inc()
-	a.cur.expirations++
-	k.expSeq = a.exps.add(Expiration{Key: k.key, Class: k.class.name, Owner: owner, Lease: lease,
-		At: time.Unix(0, at), Held: hold, Confirmed: confirmed})
 	return k.expSeq
 }
 
@@ -144,6 +145,7 @@ func (a *Aggregator) holderWorkingLocked(seq uint64) {
 	if a.exps.holderWorking(seq) {
 		a.cur.expiredWorking++
 	}
+	a.silent.spoke(seq)
 }
 
 // expiredEventLocked applies an expired event from an emitter or watcher.
@@ -259,6 +261,8 @@ func (a *Aggregator) expireDueLocked(clock int64) {
 	if n := len(a.expiries); n > 4096 && n > 4*a.heldLocked()+4096 {
 		a.expiries.compact()
 	}
+	a.decideWatchesLocked(clock)
+	a.decideSilentLocked(clock - grace)
 	for i := 0; i < len(a.pendingKeys); {
 		k := a.pendingKeys[i]
 		sh, _ := a.keys.find(k.key)

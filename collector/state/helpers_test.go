@@ -113,6 +113,13 @@ func (t *tally) Class(name string) ClassMetrics {
 	for i, o := range ReleaseOutcomes {
 		m.Releases[i] = c("releases_" + o)
 	}
+	for i, o := range RequestOutcomes {
+		m.ReleaseRequests[i] = c("release_requests_" + o)
+	}
+	for i, cause := range OverlapCauses {
+		m.Overlaps[i] = c("overlaps_" + cause)
+	}
+	m.OverlapSeconds = c("overlap_seconds")
 	return m
 }
 

@@ -34,6 +34,7 @@ type pendingHold struct {
 	next           *pendingHold
 	// trace is the hold's, if known.
 	trace event.TraceID
+	fence int64 // the hold's fence (0: none), which a fence guard's refusal names it by
 }
 
 // maxPending bounds the pending holds of one key: parking one more decides
@@ -155,7 +156,7 @@ func (a *Aggregator) keepEndedLocked(k *keyState) {
 	if k.ended != endForced && k.ended != endExpired || k.ttl <= 0 || k.expiresAt == 0 {
 		return // released or lost: its holder knows; without a TTL nothing renews
 	}
-	p := &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt + int64(k.ttl), counted: true, ended: true, trace: k.trace}
+	p := &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt + int64(k.ttl), counted: true, ended: true, trace: k.trace, fence: k.fence}
 	if k.ended == endExpired {
 		p.seq = k.expSeq
 	}
@@ -176,6 +177,9 @@ func (a *Aggregator) endHoldLocked(sh *shard, k *keyState, how uint8, ts int64, 
 		k.revived = false // its hold time was observed when it was declared expired
 		return
 	}
+	if k.ttl > 0 && !k.renewed() {
+		k.class.win.bareHold(a.cur.step, hold, k.ttl)
+	}
 	a.holdLocked(k, hold, k.trace)
 }
 
@@ -192,7 +196,7 @@ func (a *Aggregator) supersedeLocked(k *keyState, ts int64) {
 	k.held = false
 	k.class.held--
 	if k.expiresAt > 0 && ts >= k.expiresAt {
-		p := &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived, trace: k.trace}
+		p := &pendingHold{lease: k.lease, owner: k.owner, since: k.since, expires: k.expiresAt, counted: k.revived, trace: k.trace, fence: k.fence}
 		if k.revived {
 			p.seq = k.expSeq
 		}
@@ -215,6 +219,13 @@ func (a *Aggregator) parkLocked(k *keyState, p *pendingHold) {
 	if n > maxPending {
 		a.resolvePendingLocked(k, last, true, false)
 	}
+}
+
+// renewed reports whether k's current (or last) hold was renewed: its
+// expiry is no longer the one its acquisition set (a renewal sets it from
+// its own time), which saves keyState a field.
+func (k *keyState) renewed() bool {
+	return k.ttl > 0 && k.expiresAt != after(k.since, k.ttl)
 }
 
 // sameHold reports whether lease/owner names k's current (or last) hold,
@@ -366,6 +377,7 @@ func (a *Aggregator) observeHeadroomLocked(k *keyState, headroom, of time.Durati
 	c.m.Headroom.Observe(headroom.Seconds())
 	if of > 0 {
 		c.m.HeadroomRatio.Observe(min(float64(headroom)/float64(of), 1))
+		c.win.renewed(a.cur.step, headroom, of)
 	}
 }
 

@@ -12,14 +12,14 @@ import (
 	"github.com/lockscope/lockscope/collector/internal/evtest"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // BenchmarkHostileWorstCase feeds an Aggregator with the default Config
 // the streams that make it keep the most, under the soft memory limit
 // `lockscope serve` sets by default (64 MiB + 1 KiB per --max-keys), and
 // reports the live heap after a GC and the process's peak RSS: what no
-// stream can push past with the defaults (README, "What a writer of the
+// stream can push past with the defaults (docs/deployment.md, "What a writer of the
 // stream can do"). Over an hour of event time, none of its strings twice
 // (so none is interned):
 //

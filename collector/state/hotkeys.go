@@ -33,12 +33,13 @@ const (
 )
 
 // hotEntry is one tracked key of a sketch. count is the ranked figure
-// (contentions, or wait in ns) and err its over-estimate bound; cont, wait
-// and acq are the key's figures counted while it was tracked (lower bounds).
+// (contentions, or wait in ns) and err its over-estimate bound; cont, wait,
+// acq and hold (ns, of holds that ended; the contention sketch only) are
+// the key's figures counted while it was tracked (lower bounds).
 type hotEntry struct {
-	key, class      string
-	count, err      int64
-	cont, wait, acq int64
+	key, class            string
+	count, err            int64
+	cont, wait, acq, hold int64
 }
 
 // liveSketch is a space-saving sketch being written: a fixed pool of
@@ -117,6 +118,19 @@ func (s *liveSketch) add(key string, hash uint32, class string, w, cont, wait, a
 	s.idx.insert(uint64(hash)<<32 | uint64(i+1))
 	s.heap[0].count = e.count
 	s.down(0)
+}
+
+// addHold adds a hold of d ns to key's side figure, adding key only while
+// the sketch has room (as add with w == 0).
+func (s *liveSketch) addHold(key string, hash uint32, class string, d int64) {
+	if i := s.find(key, hash); i >= 0 {
+		s.ents[i].hold += d
+		return
+	}
+	if len(s.ents) < hotCapacity {
+		s.add(key, hash, class, 0, 0, 0, 0)
+		s.ents[len(s.ents)-1].hold = d
+	}
 }
 
 // find returns the entry of key, or -1.
@@ -243,6 +257,7 @@ func mergeSketches(srcs []frozenSketch, capacity int) frozenSketch {
 			a.cont += e.cont
 			a.wait += e.wait
 			a.acq += e.acq
+			a.hold += e.hold
 		}
 	}
 	for i := range acc {
@@ -359,6 +374,12 @@ func (h *hotKeys) recordWeights(key string, hash uint32, class string, contended
 	h.liveCont.add(key, hash, class, c, c, w, a)
 	h.liveWait.add(key, hash, class, w, c, w, a)
 	h.liveTotals.add(hotTotals{c, w, a})
+}
+
+// recordHold counts a hold of d that ended, for the keys the contention
+// sketch tracks (the class view's busiest key: class_stats.go).
+func (h *hotKeys) recordHold(key string, hash uint32, class string, d time.Duration) {
+	h.liveCont.addHold(key, hash, class, int64(d))
 }
 
 // advance moves the live bucket to the step of now, freezing the old one.
@@ -484,7 +505,7 @@ func (a *Aggregator) HotTop(window time.Duration, by Ranking, n int) ([]HotKey, 
 		if e.count == 0 {
 			break // sorted: the rest are zero as well
 		}
-		hk := HotKey{Key: e.key, Class: e.class, Acquisitions: e.acq, Error: e.err}
+		hk := HotKey{Key: e.key, Class: e.class, Acquisitions: e.acq, Error: e.err, Hold: time.Duration(e.hold)}
 		if by == byPassive {
 			hk.Acquisitions, hk.Contentions, hk.Wait, hk.ContentionUnknown = e.count, e.cont, time.Duration(e.wait), true
 		} else if by == ByWait {

@@ -56,10 +56,25 @@ const (
 	// and the longest for WaitQueueAfter. Owners are the holders they
 	// waited for; it ends (drained) when fewer wait.
 	IncidentWaitQueue IncidentKind = "wait_queue"
+	// IncidentReleaseRequest: an operator asked a holder to release
+	// (requests.go). It starts with the first request to the hold and
+	// ends with the answer: ended_by released (the holder released),
+	// forced (an operator forced it) or ignored.
+	IncidentReleaseRequest IncidentKind = "release_request"
+
+	// IncidentOverlap: two holders at once (overlap.go). Owners and
+	// Leases name the first holder, then the second; it starts when the
+	// second acquired and ends when the first stopped believing it held
+	// (ended_by: its lost, renew_failed, released or fence_rejected word,
+	// or deadline: its TTL's end, when it said nothing). Cause says how the
+	// key left the first holder. It is the story of the first hold: its
+	// lease_lost fragment merges into it.
+	IncidentOverlap IncidentKind = "overlap"
 )
 
 // IncidentKinds lists the kinds, in the order pages show them.
-var IncidentKinds = [...]IncidentKind{IncidentStuck, IncidentDeadlock, IncidentLeaseLost, IncidentHolderExpired, IncidentForced, IncidentWaitQueue}
+var IncidentKinds = [...]IncidentKind{IncidentStuck, IncidentDeadlock, IncidentLeaseLost, IncidentHolderExpired, IncidentForced, IncidentWaitQueue,
+	IncidentReleaseRequest, IncidentOverlap}
 
 // How incidents end (Incident.EndedBy), besides the end of a hold
 // (released, lost, expired, forced).
@@ -102,6 +117,15 @@ type Incident struct {
 	// holder_expired, the releases of a forced; 1 for the others), as the
 	// state counted them so far: Keys lists at most MaxIncidentKeys.
 	Count int
+
+	// An overlap's own (see IncidentOverlap): how the key left its first
+	// holder (an OverlapCauses), the two leases, and what the first holder
+	// did in the window: renewal attempts refused or failed, and writes
+	// its fence guards refused (Fencing says it in words).
+	Cause           string
+	Leases          []string
+	RenewalsRefused int
+	WritesRefused   int
 }
 
 // Open reports whether the incident has not ended.
@@ -141,7 +165,7 @@ func bucketOf(ts int64) string {
 // the events it folds and hands it to the sink.
 func (a *Aggregator) incidentLocked(in Incident, folds bool) {
 	n, seen := a.incSeen.add(in.ID, folds)
-	if !seen && !a.muted {
+	if !seen && !a.muted && !a.incMuted {
 		a.tot.Incidents[kindIndex(in.Kind)].Inc()
 	}
 	in.Count = n
@@ -189,13 +213,21 @@ func (r *recentIDs) add(id string, folds bool) (int, bool) {
 }
 
 // Merge returns the incident records a and b (of one ID) say together, as
-// the store keeps it: keys and owners of both (a's first, at most
+// the store keeps it. An overlap's record and its first hold's lease_lost
+// fragment share an ID: the overlap's kind, times and detail win. Else:
+// keys, owners and leases of both (a's first, at most
 // MaxIncidentKeys and MaxIncidentOwners), the earliest start, the latest
 // end with the way it ended (a record of an open incident never reopens an
 // ended one), the larger count, a's kind and the first detail. It is
 // commutative but for the order of the lists and a tie of ends: replicas
 // that write the same records in any order keep the same incident.
 func Merge(a, b Incident) Incident {
+	// The fragment of the overlap's story takes the overlap's times and words.
+	if a.Kind == IncidentOverlap && b.Kind != IncidentOverlap && b.Kind != "" {
+		b.Start, b.End, b.EndedBy, b.Kind, b.Detail = a.Start, a.End, a.EndedBy, a.Kind, a.Detail
+	} else if b.Kind == IncidentOverlap && a.Kind != IncidentOverlap && a.Kind != "" {
+		a.Start, a.End, a.EndedBy, a.Kind, a.Detail = b.Start, b.End, b.EndedBy, b.Kind, b.Detail
+	}
 	out := a
 	out.Keys = slices.Clone(a.Keys)
 	out.Owners = slices.Clone(a.Owners)
@@ -224,5 +256,16 @@ func Merge(a, b Incident) Incident {
 	if out.Kind == "" {
 		out.Kind = b.Kind
 	}
+	if out.Cause == "" {
+		out.Cause = b.Cause
+	}
+	out.Leases = slices.Clone(a.Leases)
+	for _, l := range b.Leases {
+		if len(out.Leases) < MaxIncidentOwners && !slices.Contains(out.Leases, l) {
+			out.Leases = append(out.Leases, l)
+		}
+	}
+	out.RenewalsRefused = max(out.RenewalsRefused, b.RenewalsRefused)
+	out.WritesRefused = max(out.WritesRefused, b.WritesRefused)
 	return out
 }

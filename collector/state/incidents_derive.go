@@ -89,11 +89,16 @@ func (a *Aggregator) leaseLostIncidentLocked(key, owner, lease string, since, la
 }
 
 // expiredIncidentLocked records that key's hold by owner expired at at with
-// its holder silent.
-func (a *Aggregator) expiredIncidentLocked(key, owner string, at int64) {
+// its holder silent since. Of a watched lock (passive) that says only that
+// the holder is unknown: its library tells us nothing.
+func (a *Aggregator) expiredIncidentLocked(key, owner string, at int64, passive bool) {
+	detail := "TTL lapsed while held; the holder said nothing after its lease's deadline: it died, hung or lost Redis"
+	if passive {
+		detail = "TTL lapsed while held; a watched lock: whether its holder worked on is unknown"
+	}
 	a.incidentLocked(Incident{ID: incidentID(IncidentHolderExpired, owner, bucketOf(at)), Kind: IncidentHolderExpired,
 		Keys: []string{key}, Owners: ownersOf(owner), Start: time.Unix(0, at), End: time.Unix(0, at), EndedBy: event.Expired.String(),
-		Detail: "TTL lapsed while held; the holder did not release or renew"}, true)
+		Detail: detail}, true)
 }
 
 // forcedIncidentLocked records an operator's forced release of key.

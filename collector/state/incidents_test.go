@@ -117,7 +117,7 @@ func TestIncidentsOfHolds(t *testing.T) {
 		t.Errorf("lease_lost incidents (-want +got):\n%s", d)
 	}
 	want = []Incident{{Kind: IncidentHolderExpired, Keys: []string{"dead:1", "dead:2"}, Owners: []string{"C"}, Start: at(10 * time.Second),
-		End: at(11 * time.Second), EndedBy: "expired", Detail: "TTL lapsed while held; the holder did not release or renew", Count: 2}}
+		End: at(11 * time.Second), EndedBy: "expired", Detail: "TTL lapsed while held; the holder said nothing after its lease's deadline: it died, hung or lost Redis", Count: 2}}
 	if d := cmp.Diff(want, log.of(IncidentHolderExpired), ignoreIncidentID); d != "" {
 		t.Errorf("holder_expired incidents (-want +got):\n%s", d)
 	}

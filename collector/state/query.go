@@ -98,6 +98,7 @@ func (a *Aggregator) Overview() Overview {
 		if i >= overviewSeriesLen-30 {
 			o.Expirations5m += s.expirations
 			o.ExpiredWorking5m += s.expiredWorking
+			o.Overlaps5m += s.overlaps
 			o.Forced5m += s.forced
 			o.Failures5m += s.failures
 			o.Refused5m += s.refused
@@ -685,6 +686,17 @@ func (a *Aggregator) LastEvent() time.Time {
 	}
 	return time.Time{}
 }
+
+// TrackedKeys returns the number of keys with state in memory now (at most
+// Config.MaxKeys): what Overview reports as TrackedKeys, read without the
+// aggregator's lock.
+func (a *Aggregator) TrackedKeys() int { return int(a.tracked.Load()) }
+
+// LockOrderHolds returns the holds the lock-order graph knows by lease now
+// (at most MaxOrderHolds): every acquisition's, until its end or expiry
+// and 30 s after. At the bound, an acquisition under a hold it does not
+// know makes no edge.
+func (a *Aggregator) LockOrderHolds() int { return int(a.order.holdCount.Load()) }
 
 // DeadlockCycles returns the number of cycles of the wait-for graph found
 // by the last scan (Tick).

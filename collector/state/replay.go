@@ -101,6 +101,12 @@ func (a *Aggregator) EndReplay(countedBefore time.Time) {
 		a.expireDueLocked(countedBefore.UnixNano() + int64(a.cfg.ExpiryGrace))
 		a.muteLocked(false)
 		a.knownCyclesLocked(countedBefore.UnixNano() - int64(scanEvery))
+		// Stuck holds too: the first scan does not count those stuck
+		// before countedBefore (scanLocked).
+		// A hold that became stuck in the last second before the stop may
+		// not have been scanned by it: never counted twice, at worst once
+		// not at all.
+		a.stuckBefore = countedBefore.UnixNano()
 	}
 	a.replaying = max(a.replaying-1, 0)
 }
@@ -213,6 +219,9 @@ func (a *Aggregator) RestoreExpirations(exps []Expiration) {
 		a.exps.add(e)
 		if s := stepOf(e.At.UnixNano()); s <= cur && s > cur-overviewSeriesLen {
 			a.steps.at(s).expirations++
+			if e.HolderWorking {
+				a.steps.at(s).expiredWorking++
+			}
 		}
 	}
 }

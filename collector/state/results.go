@@ -44,6 +44,7 @@ type Overview struct {
 	Forced5m         int64         // forced releases in the last 5 minutes
 	Failures5m       int64         // failed obtains in the last 5 minutes, refused tries included
 	Refused5m        int64         // of those, single tries refused because the lock was held (reason "held")
+	Overlaps5m       int64         // two holders at once, found in the last 5 minutes (IncidentOverlap)
 	EventsTotal      int64         // events applied since start
 	Malformed        int64         // entries that could not be decoded
 	Dropped          int64         // events emitters reported dropped
@@ -61,6 +62,10 @@ type HotKey struct {
 	Contentions  int64
 	Wait         time.Duration // total wait in the window
 	Acquisitions int64
+	// Hold is the total time of the holds that ended in the window, while
+	// the contention ranking tracked the key (a lower bound; zero in the
+	// other rankings).
+	Hold time.Duration
 	// Error is the space-saving over-estimate bound of the ranked figure:
 	// the true value lies in [value-Error, value].
 	Error int64
@@ -281,6 +286,10 @@ type Expiration struct {
 	// lock gone), so it and the next holder may have run at once. Without
 	// it the holder has said nothing since: it died, or hangs.
 	HolderWorking bool
+	// Passive: a watched lock (another library's, seen through keyspace
+	// notifications): unless HolderWorking, whether its holder worked on
+	// is unknown, not that it died.
+	Passive bool
 }
 
 // ForcedRelease is an operator's forced release.

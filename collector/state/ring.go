@@ -42,7 +42,7 @@ type record struct {
 	owner    ref
 	lease    ref
 	reason   ref
-	who      ref // waiting, failed: the holder seen; forced: the operator
+	who      ref // waiting, failed: the holder seen; forced, requested: the operator
 	trace    event.TraceID
 }
 
@@ -85,6 +85,8 @@ func (r *record) event(key string, tab *internTab) event.Event {
 		e.Count = r.d
 	case event.Forced:
 		e.Hold, e.By = d, tab.str(r.who)
+	case event.Requested:
+		e.Wait, e.By, e.Count, e.Attempts = d, tab.str(r.who), int64(r.attempts), 0
 	default:
 		e.Hold = d
 	}

@@ -144,6 +144,7 @@ type stepStats struct {
 	refused, failures         int64
 	expirations, forced       int64
 	expiredWorking            int64 // expirations found to be under a working holder during this step
+	overlaps                  int64 // overlaps found during this step (overlap.go)
 	wait, hold                qhist
 }
 

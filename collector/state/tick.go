@@ -27,6 +27,8 @@ func (a *Aggregator) Tick() {
 	}
 	a.scanLocked(now, a.eventClock(now))
 	a.scanWaitsLocked(a.eventClock(now))
+	a.scanLockOrderLocked(a.eventClock(now))
+	a.requestsDueLocked(a.eventClock(now))
 }
 
 // scanEvery is how often Tick scans every key (stuck and oldest holds) and
@@ -47,7 +49,14 @@ func (a *Aggregator) scanLocked(now, clock int64) {
 			if clock-k.since > int64(c.stuckAfter) {
 				c.stuck++
 				if a.scanClock == 0 || a.scanClock-k.since <= int64(c.stuckAfter) {
-					a.stuckIncidentLocked(k, 0, "") // became stuck since the last scan
+					// Became stuck since the last scan. At the first scan
+					// after a restart, a hold that was stuck before the
+					// previous incarnation stopped was counted by it: its
+					// incident is recorded (merged by id) but not counted
+					// again.
+					a.incMuted = a.scanClock == 0 && k.since+int64(c.stuckAfter) < a.stuckBefore
+					a.stuckIncidentLocked(k, 0, "")
+					a.incMuted = false
 				}
 			}
 			if k.passive && k.ttl <= 0 && k.expiresAt == 0 {

@@ -19,6 +19,7 @@ import (
 	"helm.sh/helm/v3/pkg/chartutil"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -63,6 +64,7 @@ type objects struct {
 	secrets     map[string]*corev1.Secret
 	configMaps  map[string]*corev1.ConfigMap
 	pdb         *policyv1.PodDisruptionBudget
+	netpol      *networkingv1.NetworkPolicy
 	monitor     *monitoringv1.ServiceMonitor
 	rule        *monitoringv1.PrometheusRule
 	notes       string
@@ -138,6 +140,9 @@ func render(t *testing.T, release, vals string) *objects {
 			c := &corev1.ConfigMap{}
 			obj = c
 			defer func() { o.configMaps[c.Name] = c }()
+		case "networking.k8s.io/v1 NetworkPolicy":
+			o.netpol = &networkingv1.NetworkPolicy{}
+			obj = o.netpol
 		case "policy/v1 PodDisruptionBudget":
 			o.pdb = &policyv1.PodDisruptionBudget{}
 			obj = o.pdb

@@ -9,8 +9,7 @@ import (
 	"github.com/bsm/redislock"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/lockscope/lockscope/extra/internal/extratest"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -50,7 +49,7 @@ func BenchmarkCycle(b *testing.B) {
 						return l.Release(ctx)
 					}
 				}
-				extratest.Cycles(b, rdb, callers, func(ctx context.Context, w int) error {
+				redistest.Cycles(b, rdb, callers, func(ctx context.Context, w int) error {
 					return cycle(ctx, "bench:"+lib+":"+strconv.Itoa(w))
 				})
 			})

@@ -30,7 +30,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/extra/internal/held"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -77,7 +76,7 @@ func (c *Client) holder(ctx context.Context, key string) string {
 	if err != nil {
 		return ""
 	}
-	return held.Holder(v)
+	return lock.HolderName(v)
 }
 
 func (c *Client) record(e event.Event) {
@@ -106,9 +105,9 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opt 
 	}
 	var lease string
 	if o.Token == "" {
-		o.Token, lease = held.NewValue(c.owner, start)
+		o.Token, lease = lock.NewValue(c.owner, start)
 	} else {
-		lease = held.NewLease()
+		lease = lock.NewLeaseID()
 	}
 	w := &watch{c: c, ctx: ctx, key: key, lease: lease, ttl: ttl, inner: o.RetryStrategy}
 	if w.inner == nil {
@@ -132,7 +131,7 @@ func (c *Client) Obtain(ctx context.Context, key string, ttl time.Duration, opt 
 	}
 	now := time.Now()
 	c.record(event.Event{Type: event.Acquired, Key: key, Owner: c.owner, Lease: lease, TS: now.UnixNano(),
-		Wait: now.Sub(start), TTL: ttl, Attempts: w.refused + 1})
+		Wait: now.Sub(start), TTL: ttl, Attempts: w.refused + 1, Reason: event.JoinLeases(lock.HeldLeases(ctx))})
 	// The attempt that took the lock was sent after the last backoff began
 	// (or at start): its TTL runs at least until then + ttl.
 	sent := start
@@ -170,7 +169,7 @@ func (w *watch) NextBackoff() time.Duration {
 				budget = time.Until(dl)
 			}
 			w.c.record(event.Event{Type: event.Waiting, Key: w.key, Owner: w.c.owner, Lease: w.lease,
-				Wait: max(budget, 0), Attempts: 1, Holder: w.holder, Reason: event.JoinLeases(held.Leases(w.ctx))})
+				Wait: max(budget, 0), Attempts: 1, Holder: w.holder, Reason: event.JoinLeases(lock.HeldLeases(w.ctx))})
 		}
 	}
 	return d
@@ -214,7 +213,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) { return l.l.TTL(
 // waiting event, which is how the collector finds a deadlock among such
 // calls. (The lock package's own obtains do not look for it.)
 func (l *Lock) Context(ctx context.Context) context.Context {
-	return held.With(ctx, l.lease, func() bool {
+	return lock.WithHeld(ctx, l.lease, func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.held

@@ -12,30 +12,32 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/extra/internal/extratest"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/eventrec"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }
 
-func setup(t *testing.T, owner string) (*Client, *redis.Client, *extratest.Recorder, string) {
+func setup(t *testing.T, owner string) (*Client, *redis.Client, *eventrec.Recorder, string) {
 	t.Helper()
 	rdb := redistest.Shared(t).Client(t)
-	rec := &extratest.Recorder{}
+	rec := &eventrec.Recorder{}
 	return New(rdb, &Options{Recorder: rec, Owner: owner}), rdb, rec, redistest.KeyPrefix(t)
 }
 
-type step = extratest.Step
+type step = eventrec.Step
 
 func TestObtainReleaseEventsAndValue(t *testing.T) {
 	c, rdb, rec, p := setup(t, "billing/1")
 	ctx := context.Background()
 	key := p + "invoice:42"
+	start := time.Now()
 	l, err := c.Obtain(ctx, key, 10*time.Second, &redislock.Options{Metadata: "#meta"})
 	if err != nil {
 		t.Fatalf("Obtain = %v", err)
 	}
+	obtained := time.Now()
 	stored := rdb.Get(ctx, key).Val()
 	v, err := lock.ParseValue(strings.TrimSuffix(stored, "#meta"))
 	if err != nil || v.Owner != "billing/1" || v.Lease != l.ID() {
@@ -44,10 +46,12 @@ func TestObtainReleaseEventsAndValue(t *testing.T) {
 	if l.Token()+l.Metadata() != stored || l.Metadata() != "#meta" || l.Key() != key {
 		t.Errorf("Token, Metadata, Key = %q, %q, %q; want the stored value split, and %q", l.Token(), l.Metadata(), l.Key(), key)
 	}
-	if ttl, err := l.TTL(ctx); err != nil || ttl <= 9*time.Second {
-		t.Errorf("TTL = %v, %v", ttl, err)
+	// Redis counts down from the SET, sent after start: no more than the
+	// time since start (and a millisecond of rounding) is gone.
+	if ttl, err := l.TTL(ctx); err != nil || ttl > 10*time.Second || ttl < 10*time.Second-time.Since(start)-time.Millisecond {
+		t.Errorf("TTL = %v, %v; want 10s less at most the time since Obtain", ttl, err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	releasing := time.Now() // the hold lasts at least from obtained to here
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release = %v", err)
 	}
@@ -59,8 +63,8 @@ func TestObtainReleaseEventsAndValue(t *testing.T) {
 		t.Errorf("events (-want +got):\n%s", d)
 	}
 	evs := rec.Events()
-	if evs[0].TTL != 10*time.Second || evs[0].Wait <= 0 || evs[1].Hold < 5*time.Millisecond {
-		t.Errorf("acquired TTL %v wait %v, released hold %v; want 10s, > 0, >= 5ms", evs[0].TTL, evs[0].Wait, evs[1].Hold)
+	if held := releasing.Sub(obtained); evs[0].TTL != 10*time.Second || evs[0].Wait <= 0 || evs[1].Hold < held {
+		t.Errorf("acquired TTL %v wait %v, released hold %v; want 10s, > 0, >= %v (Obtain's return to Release)", evs[0].TTL, evs[0].Wait, evs[1].Hold, held)
 	}
 }
 
@@ -93,8 +97,13 @@ func TestWaitThenAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	released := make(chan struct{})
-	time.AfterFunc(200*time.Millisecond, func() { la.Release(context.Background()); close(released) })
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	go func() {
+		// Released once b waits: b's first attempt found it held.
+		redistest.Poll(t.Context(), func() bool { return len(rec.Of(event.Waiting)) > 0 })
+		la.Release(context.Background())
+		close(released)
+	}()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	lb, err := c.Obtain(wctx, key, time.Minute, &redislock.Options{RetryStrategy: redislock.LinearBackoff(20 * time.Millisecond)})
 	if err != nil {
@@ -136,8 +145,8 @@ func TestWaitThenAcquire(t *testing.T) {
 			acq = e
 		}
 	}
-	if w := wait.Wait; w <= 0 || w > 5*time.Second {
-		t.Errorf("waiting budget = %v, want what is left of the context's 5s", w)
+	if w := wait.Wait; w <= 0 || w > 30*time.Second {
+		t.Errorf("waiting budget = %v, want what is left of the context's 30s", w)
 	}
 	if acq.Attempts < 2 || acq.Wait <= 0 {
 		t.Errorf("acquired after %d attempts, wait %v; want a retry and the wait", acq.Attempts, acq.Wait)
@@ -195,14 +204,14 @@ func TestNestedWaitListsTheOuterLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(outer.Context(ctx), 100*time.Millisecond)
+	wctx, cancel := context.WithTimeout(outer.Context(ctx), 500*time.Millisecond) // room for the first attempt on a loaded host
 	defer cancel()
 	if _, err := c.Obtain(wctx, p+"account", time.Minute, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}); err == nil {
 		t.Fatal("Obtain of a held key succeeded")
 	}
 	outer.Release(ctx)
 	// Released: a context made before lists it no more.
-	if _, err := c.Obtain(outer.Context(ctx), p+"account", 100*time.Millisecond, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}); err == nil {
+	if _, err := c.Obtain(outer.Context(ctx), p+"account", 500*time.Millisecond, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}); err == nil {
 		t.Fatal("Obtain of a held key succeeded")
 	}
 	var reasons []string
@@ -281,7 +290,7 @@ func (f failingScripter) Eval(ctx context.Context, script string, keys []string,
 }
 
 func TestRedisErrors(t *testing.T) {
-	rec := &extratest.Recorder{}
+	rec := &eventrec.Recorder{}
 	ok := redistest.Shared(t).Client(t)
 	c := New(failingScripter{ok}, &Options{Recorder: rec, Owner: "o"})
 	ctx := context.Background()
@@ -343,7 +352,7 @@ func TestNestedUnderALockscopeLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lease.Release(ctx)
-	wctx, cancel := context.WithTimeout(lease.Context(), 100*time.Millisecond)
+	wctx, cancel := context.WithTimeout(lease.Context(), 500*time.Millisecond) // room for the first attempt on a loaded host
 	defer cancel()
 	if _, err := c.Obtain(wctx, p+"account", time.Minute, &redislock.Options{RetryStrategy: redislock.LinearBackoff(10 * time.Millisecond)}); err == nil {
 		t.Fatal("Obtain of a held key succeeded")

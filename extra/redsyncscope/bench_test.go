@@ -10,8 +10,7 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	goredislib "github.com/redis/go-redis/v9"
 
-	"github.com/lockscope/lockscope/extra/internal/extratest"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -53,7 +52,7 @@ func BenchmarkCycle(b *testing.B) {
 						return rs.NewMutex(key, redsync.WithExpiry(10*time.Second), redsync.WithTries(1))
 					}
 				}
-				extratest.Cycles(b, rdb, callers, func(ctx context.Context, w int) error {
+				redistest.Cycles(b, rdb, callers, func(ctx context.Context, w int) error {
 					m := newMutex("bench:" + lib + ":" + strconv.Itoa(w))
 					if err := m.LockContext(ctx); err != nil {
 						return err

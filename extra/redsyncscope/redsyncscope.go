@@ -17,7 +17,9 @@
 // (naming the holder, read with one GET) before redsync sleeps and retries.
 // redsync does not tell how many tries a Mutex has: with WithTries(1), use
 // TryLock, or LockContext records a waiting event that its failed event
-// ends at once.
+// ends at once. A LockContext that runs out of tries after retrying is
+// recorded as failed with reason timeout (it gave up waiting), a single
+// refused try as held.
 //
 // The lock's value is lockscope's (lock.Value: a secret token, the lease
 // id, the lock call's start time and the owner) instead of redsync's random
@@ -34,7 +36,6 @@ import (
 	"github.com/go-redsync/redsync/v4/redis"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/extra/internal/held"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -102,7 +103,7 @@ type Mutex struct {
 }
 
 func (m *Mutex) genValue() (string, error) {
-	m.pending.value, m.pending.lease = held.NewValue(m.r.owner, time.Now())
+	m.pending.value, m.pending.lease = lock.NewValue(m.r.owner, time.Now())
 	return m.pending.value, nil
 }
 
@@ -174,6 +175,12 @@ func (m *Mutex) lock(ctx context.Context, retry bool) error {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				reason = event.ReasonCanceled
 			}
+		case retry && attempts > 1 && (errors.As(err, &taken) || errors.As(err, &node) || errors.Is(err, redsync.ErrFailed) && refused):
+			// A LockContext that retried and ran out of tries gave up
+			// waiting: a timeout, as an Obtain's deadline (and the Python
+			// package's blocking_timeout) report it. Only a try-once
+			// refusal is "held".
+			reason = event.ReasonTimeout
 		case errors.As(err, &taken), errors.As(err, &node), errors.Is(err, redsync.ErrFailed) && refused:
 			reason = event.ReasonHeld
 		}
@@ -184,7 +191,7 @@ func (m *Mutex) lock(ctx context.Context, retry bool) error {
 	m.lease, m.since = lease, now
 	m.setHeld(true)
 	m.r.record(event.Event{Type: event.Acquired, Key: m.name, Owner: m.r.owner, Lease: lease, TS: now.UnixNano(),
-		Wait: now.Sub(start), TTL: m.ttl, Attempts: attempts})
+		Wait: now.Sub(start), TTL: m.ttl, Attempts: attempts, Reason: event.JoinLeases(lock.HeldLeases(ctx))})
 	return nil
 }
 
@@ -198,7 +205,7 @@ func (m *Mutex) leaseOf(value string) string {
 	if v, err := lock.ParseValue(value); err == nil {
 		return v.Lease
 	}
-	return held.NewLease()
+	return lock.NewLeaseID()
 }
 
 func (m *Mutex) setHeld(h bool) (was bool) {
@@ -214,7 +221,7 @@ func (m *Mutex) setHeld(h bool) (was bool) {
 // among such calls. (The lock package's own obtains do not look for it.)
 func (m *Mutex) Context(ctx context.Context) context.Context {
 	lease := m.lease
-	return held.With(ctx, lease, func() bool {
+	return lock.WithHeld(ctx, lease, func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.held && m.lease == lease
@@ -377,7 +384,7 @@ func (c *call) enter(ctx context.Context) {
 	c.mu.Unlock()
 	if wait {
 		e := event.Event{Type: event.Waiting, Key: c.m.name, Owner: c.m.r.owner, Lease: lease, TS: time.Now().UnixNano(),
-			Attempts: 1, Holder: holder, Reason: event.JoinLeases(held.Leases(c.ctx))}
+			Attempts: 1, Holder: holder, Reason: event.JoinLeases(lock.HeldLeases(c.ctx))}
 		if dl, ok := c.ctx.Deadline(); ok {
 			e.Wait = max(time.Until(dl), 0)
 		}
@@ -397,7 +404,7 @@ func (c *call) setNX(conn redis.Conn, name, value string, ok bool, err error, ex
 	c.mu.Unlock()
 	if first {
 		if v, err := conn.Get(name); err == nil && v != "" {
-			h := held.Holder(v)
+			h := lock.HolderName(v)
 			c.mu.Lock()
 			c.holder = h
 			c.mu.Unlock()

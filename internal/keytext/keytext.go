@@ -14,8 +14,8 @@
 //     replaces invalid bytes too).
 //
 // Owners, reasons and other strings that come from applications or
-// requests follow the same rules. IsUUID is the one test of the shape of an
-// id that keys and other libraries' tokens carry. The lock library keeps its own quoting in
+// requests follow the same rules. (The shape of a UUID, which keys and
+// Redisson's client ids carry, is event/class's IsUUID.) The lock library keeps its own quoting in
 // its error messages: it is public and imports nothing of lockscope's
 // internals.
 package keytext
@@ -173,27 +173,4 @@ func LogAttrs(name, s string) []any {
 		return []any{name, s, name + "_b64", b}
 	}
 	return []any{name, s}
-}
-
-// IsUUID reports whether s is a textual UUID: 8-4-4-4-12 hex digits, either
-// case (the class of a key replaces such a segment; Redisson names its
-// clients by one).
-func IsUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -139,19 +139,3 @@ func TestLogAttrsKeepBytesInJSONLogs(t *testing.T) {
 		t.Errorf("LogAttrs(valid UTF-8) = %q, want the key alone", got)
 	}
 }
-
-func TestIsUUID(t *testing.T) {
-	for s, want := range map[string]bool{
-		"6d2b8f4e-1c3a-4b5d-9e8f-0a1b2c3d4e5f": true,
-		"6D2B8F4E-1C3A-4B5D-9E8F-0A1B2C3D4E5F": true,
-		"6d2b8f4e1c3a4b5d9e8f0a1b2c3d4e5f":     false, // no dashes: a hex token, not a UUID
-		"6d2b8f4e-1c3a-4b5d-9e8f-0a1b2c3d4e5":  false,
-		"6d2b8f4e-1c3a-4b5d-9e8f-0a1b2c3d4e5g": false,
-		"6d2b8f4e-1c3a-4b5d_9e8f-0a1b2c3d4e5f": false,
-		"":                                     false,
-	} {
-		if got := IsUUID(s); got != want {
-			t.Errorf("IsUUID(%q) = %v, want %v", s, got, want)
-		}
-	}
-}

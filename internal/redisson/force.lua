@@ -9,13 +9,20 @@
 -- ARGV[2]  the lock's channel (redisson_lock__channel:{name})
 -- ARGV[3]  its read-write channel (redisson_rwlock:{name})
 -- ARGV[4]  now, unix ms (a fair lock's waiters past their timeout leave the queue)
+-- ARGV[5]  the hash's PEXPIRETIME as the operator saw it (unix ms), or "any":
+--          the same thread's next hold writes the same content, and only
+--          the expiry tells it from the hold the operator saw
 --
--- Returns nil if the key does not exist, {1, content, PTTL} if the content
--- still matched: the hash is deleted and the unlock message published, to
+-- The caller has checked that content of this fingerprint is a Redisson
+-- lock (the hash it read had it): a matching hash is that lock.
+--
+-- Returns nil if the key does not exist, {1, content, PTTL, PEXPIRETIME} if
+-- the content and expiry still matched: the hash is deleted and the unlock message published, to
 -- the first live waiter of a fair lock (channel:<its field>), on the
 -- read-write channel for a read-write lock ("0" after readers, "1" after a
 -- writer, as Redisson's forceUnlock), else on the lock's channel; {0,
--- content, PTTL} if the hash holds something else now (nothing changed).
+-- content, PTTL, PEXPIRETIME} if the hash holds something else now, or has
+-- another expiry (nothing changed).
 local flat = redis.call('HGETALL', KEYS[1])
 if #flat == 0 then return false end
 local fields, values = {}, {}
@@ -30,7 +37,10 @@ for _, f in ipairs(fields) do
 end
 local content = table.concat(parts)
 local pttl = redis.call('PTTL', KEYS[1])
-if redis.sha1hex(content) ~= ARGV[1] then return {0, content, pttl} end
+local at = redis.pcall('PEXPIRETIME', KEYS[1])
+if type(at) ~= 'number' then at = 0 end
+if redis.sha1hex(content) ~= ARGV[1] then return {0, content, pttl, at} end
+if ARGV[5] ~= 'any' and tonumber(ARGV[5]) ~= at then return {0, content, pttl, at} end
 redis.call('DEL', KEYS[1])
 local mode = values['mode']
 if mode == 'read' then
@@ -56,4 +66,4 @@ else
     redis.call('PUBLISH', ARGV[2], '0')
   end
 end
-return {1, content, pttl}
+return {1, content, pttl, at}

@@ -28,7 +28,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lockscope/lockscope/internal/keytext"
+	"github.com/lockscope/lockscope/event/class"
 )
 
 // Lock is a Redisson lock's hash, parsed.
@@ -85,7 +85,7 @@ func parseField(f string) (Holder, bool) {
 		f, h.Write = rest, true
 	}
 	id, thread, ok := strings.Cut(f, ":")
-	if !ok || !keytext.IsUUID(id) || !(isDigits(thread) || keytext.IsUUID(thread)) {
+	if !ok || !class.IsUUID(id) || !(isDigits(thread) || class.IsUUID(thread)) {
 		return Holder{}, false
 	}
 	h.ClientID, h.Thread = id, thread

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/internal/redisson"
-	"github.com/lockscope/lockscope/internal/redisson/redissontest"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redissontest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) { redistest.Main(m) }

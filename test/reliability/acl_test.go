@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,11 +24,10 @@ import (
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/cli"
 	"github.com/lockscope/lockscope/internal/redisson"
-	"github.com/lockscope/lockscope/internal/redisson/redissontest"
-	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
+	"github.com/lockscope/lockscope/internal/testkit/redissontest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -290,8 +290,8 @@ func TestACLCollector(t *testing.T) {
 	srv := startACLServer(t)
 	admin := srv.Client(t)
 	lines := readACLDoc(t)["lockscope-collector"]
-	if len(lines) != 5 {
-		t.Fatalf("%s has %d lines for lockscope-collector, want 5 (stream, replicas, incidents, passive watch, semaphores)", aclDoc, len(lines))
+	if len(lines) != 6 {
+		t.Fatalf("%s has %d lines for lockscope-collector, want 6 (stream, replicas, incidents, passive watch, semaphores, lock order)", aclDoc, len(lines))
 	}
 	t.Run("replica", func(t *testing.T) {
 		t.Parallel()
@@ -305,6 +305,12 @@ func TestACLCollector(t *testing.T) {
 		// another variant loaded would run without +eval.
 		checkMinimal(t, srv, []aclLine{lines[0], lines[2]}, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, _ time.Duration) error {
 			return incidentsCapability(ctx, admin, user, rdb)
+		})
+	})
+	t.Run("lockorder", func(t *testing.T) {
+		t.Parallel()
+		checkMinimal(t, srv, []aclLine{lines[0], lines[5]}, 1, false, func(ctx context.Context, t *testing.T, user string, rdb *redis.Client, _ time.Duration) error {
+			return lockOrderCapability(ctx, admin, rdb)
 		})
 	})
 	t.Run("semaphores", func(t *testing.T) {
@@ -478,13 +484,20 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	wctx, wcancel := context.WithTimeout(ctx, budget)
 	ok := redistest.Poll(wctx, func() bool { return first.Health() == nil && held(first, before) })
 	wcancel()
-	redistest.Sleep(ctx, 300*time.Millisecond) // a presence refresh and more
+	// A presence refresh after the replay, or the warning that it failed.
+	replayed := time.Now()
+	pctx, pcancel := context.WithTimeout(ctx, budget)
+	redistest.Poll(pctx, func() bool {
+		return !presenceMark(ctx, admin, collector.PresenceKey(stream, "r-"+user)).Before(replayed.Truncate(time.Millisecond)) || logs.String() != ""
+	})
+	pcancel()
 	stop()
 	if !ok {
 		return fmt.Errorf("first start: health %v, event written before it replayed: %v; log: %s", first.Health(), held(first, before), logs.String())
 	}
 	xadd(down)
 	second, _ := newAggregator(t, state.Config{})
+	restarted := time.Now().Truncate(time.Millisecond)
 	defer run(second)()
 	var problems []string
 	deadline := time.Now().Add(budget)
@@ -510,9 +523,18 @@ func replicaCapability(ctx context.Context, t *testing.T, admin *redis.Client, u
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
-	// The checkpoint is written every few seconds: wait for one, and for
-	// no warning about it.
-	redistest.Sleep(ctx, 5500*time.Millisecond)
+	// The checkpoint is written every few seconds: wait for one by the
+	// restarted collector ("lsck1|<unix ms>|..."), or the warning that it
+	// could not be, and want no warning.
+	cctx, ccancel := context.WithTimeout(ctx, budget+10*time.Second)
+	defer ccancel()
+	if !redistest.Poll(cctx, func() bool {
+		v := strings.Split(admin.Get(ctx, collector.CheckpointKey(stream)).Val(), "|")
+		ms, err := strconv.ParseInt(v[min(1, len(v)-1)], 10, 64)
+		return err == nil && !time.UnixMilli(ms).Before(restarted) || strings.Contains(logs.String(), "checkpoint")
+	}) {
+		return errors.New("no checkpoint written after the restart; log: " + logs.String())
+	}
 	if l := logs.String(); strings.Contains(l, "checkpoint") {
 		return errors.New("checkpoint: " + l)
 	}
@@ -547,6 +569,41 @@ func incidentsCapability(ctx context.Context, admin *redis.Client, user string, 
 	return nil
 }
 
+// lockOrderCapability writes lock-order edges into the shared graph as
+// the user's client, twice (so that records merge) and past its bound (so
+// that the least recently seen are dropped), and reads them back.
+func lockOrderCapability(ctx context.Context, admin, rdb *redis.Client) error {
+	if err := admin.ScriptFlush(ctx).Err(); err != nil {
+		return err
+	}
+	admin.Del(ctx, collector.LockOrderKey(event.DefaultStream))
+	s := collector.NewLockOrderStore(rdb, event.DefaultStream, &collector.LockOrderOptions{Logger: quietLog()})
+	now := time.Now().Truncate(time.Millisecond)
+	n := state.MaxOrderEdges + state.MaxOrderEdges/4 + 1
+	for round := range 2 {
+		es := make([]state.OrderEdge, 0, n)
+		for i := range n {
+			at := now.Add(-time.Duration(n-i) * time.Second)
+			es = append(es, state.OrderEdge{From: fmt.Sprintf("c%d:*", i), To: "z:*", Count: int64(round + 1), FirstSeen: at, LastSeen: at})
+		}
+		s.LockOrderEdges(es)
+		if err := s.Flush(ctx); err != nil {
+			return fmt.Errorf("writing the lock-order graph: %w", err)
+		}
+	}
+	got, err := s.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the lock-order graph: %w", err)
+	}
+	if len(got) != state.MaxOrderEdges || got[0].Count != 2 {
+		return fmt.Errorf("lock-order graph: %d edges (count %d), want %d (its bound) merged to count 2", len(got), got[0].Count, state.MaxOrderEdges)
+	}
+	if ttl := admin.PTTL(ctx, collector.LockOrderKey(event.DefaultStream)).Val(); ttl <= 0 {
+		return fmt.Errorf("lock-order graph PTTL = %v, want it to expire", ttl)
+	}
+	return nil
+}
+
 // TestACLOperator: `lockscope locks` and `lockscope release` (the commands,
 // run in-process) work with the "lockscope-operator" user of docs/acl.md,
 // the forced release is recorded in the stream, and every permission is
@@ -568,15 +625,15 @@ func TestACLOperator(t *testing.T) {
 		defer l.Release(ctx)
 		u := (&url.URL{Scheme: "redis", User: url.UserPassword(user, line[0].password()), Host: srv.Addr(), Path: "/0"}).String()
 		var out, errOut bytes.Buffer
-		env := cli.Env{Stdout: &out, Stderr: &errOut}
-		if err := cli.Run(ctx, []string{"locks", "app:op:" + user + "*", "--json", "--redis", u}, env); err != nil {
+		env := cliEnv{t: t, stdout: &out, stderr: &errOut}
+		if err := runCLI(ctx, env, []string{"locks", "app:op:" + user + "*", "--json", "--redis", u}); err != nil {
 			return fmt.Errorf("lockscope locks: %v", err)
 		}
 		var listed []struct{ Key, Owner string }
 		if err := json.Unmarshal(out.Bytes(), &listed); err != nil || len(listed) != 1 || listed[0].Key != key || listed[0].Owner != "app-1" {
 			return fmt.Errorf("lockscope locks --json = %s (%v), want %q held by app-1", out.String(), err, key)
 		}
-		if err := cli.Run(ctx, []string{"release", key, "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}, env); err != nil {
+		if err := runCLI(ctx, env, []string{"release", key, "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}); err != nil {
 			return fmt.Errorf("lockscope release: %v", err)
 		}
 		if n := admin.Exists(ctx, key).Val(); n != 0 {
@@ -594,7 +651,7 @@ func TestACLOperator(t *testing.T) {
 			keys = append(keys, k)
 		}
 		out.Reset()
-		if err := cli.Run(ctx, []string{"release", "--owner", dead, "app:*", "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}, env); err != nil {
+		if err := runCLI(ctx, env, []string{"release", "--owner", dead, "app:*", "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}); err != nil {
 			return fmt.Errorf("lockscope release --owner: %v", err)
 		}
 		if n := admin.Exists(ctx, keys...).Val(); n != 0 {
@@ -623,9 +680,10 @@ func TestACLOperatorRedisson(t *testing.T) {
 	srv := startACLServer(t)
 	admin := srv.Client(t)
 	lines := readACLDoc(t)["lockscope-operator"]
-	if len(lines) != 2 {
-		t.Fatalf("%s has %d lines for lockscope-operator, want 2 (locks, Redisson's locks)", aclDoc, len(lines))
+	if len(lines) < 2 {
+		t.Fatalf("%s has %d lines for lockscope-operator, want at least 2 (locks, Redisson's locks)", aclDoc, len(lines))
 	}
+	lines = lines[:2] // the third, asking holders to release, is TestACLAsk's
 	checkMinimal(t, srv, lines, 1, false, func(ctx context.Context, t *testing.T, user string, _ *redis.Client, _ time.Duration) error {
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
 			return err
@@ -650,7 +708,7 @@ func TestACLOperatorRedisson(t *testing.T) {
 		u := (&url.URL{Scheme: "redis", User: url.UserPassword(user, lines[0].password()), Host: srv.Addr(), Path: "/0"}).String()
 		for _, key := range []string{fair, rw} {
 			var out, errOut bytes.Buffer
-			if err := cli.Run(ctx, []string{"release", key, "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}, cli.Env{Stdout: &out, Stderr: &errOut}); err != nil {
+			if err := runCLI(ctx, cliEnv{t: t, stdout: &out, stderr: &errOut}, []string{"release", key, "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u}); err != nil {
 				return fmt.Errorf("lockscope release %s: %v (%s)", key, err, strings.TrimSpace(errOut.String()))
 			}
 			if n := admin.Exists(ctx, key).Val(); n != 0 {
@@ -663,6 +721,24 @@ func TestACLOperatorRedisson(t *testing.T) {
 		}
 		if q := admin.LRange(ctx, queue, 0, -1).Val(); len(q) != 1 || q[0] != next {
 			return fmt.Errorf("fair queue after the release = %q, want the waiter past its timeout dropped", q)
+		}
+		// A semaphore's counter is no lock: even --any-holder refuses it,
+		// an expirable one (its permits' set) and one with a caller waiting.
+		exp, plain := "app:sem:exp:"+user, "app:sem:plain:"+user
+		admin.Set(ctx, exp, "2", 0)
+		admin.ZAdd(ctx, redisson.SemaphoreTimeoutKey(exp), redis.Z{Score: float64(time.Now().Add(time.Hour).UnixMilli()), Member: "p1"})
+		admin.Set(ctx, plain, "3", 0)
+		semSub := admin.Subscribe(ctx, redisson.SemaphoreChannel(plain))
+		defer semSub.Close()
+		if _, err := semSub.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{exp, plain} {
+			var out, errOut bytes.Buffer
+			err := runCLI(ctx, cliEnv{t: t, stdout: &out, stderr: &errOut}, []string{"release", key, "--any-holder", "--reason", "acl test", "--yes", "--operator-user", "op", "--redis", u})
+			if err == nil || admin.Exists(ctx, key).Val() != 1 || !strings.Contains(err.Error()+errOut.String(), "semaphore") {
+				return fmt.Errorf("lockscope release --any-holder %s: %v (%s), exists %d; want refused as a semaphore", key, err, strings.TrimSpace(errOut.String()), admin.Exists(ctx, key).Val())
+			}
 		}
 		return nil
 	})
@@ -692,6 +768,27 @@ func semaphoreCapability(ctx context.Context, admin *redis.Client, user string, 
 	}
 	if s.Available != 2 || !s.UsedKnown || s.Used != 1 || s.Waiters != 1 {
 		return fmt.Errorf("semaphore = %+v, want 2 available, 1 in use, 1 waiter", s)
+	}
+	return nil
+}
+
+// cliEnv is where runCLI writes the command's output.
+type cliEnv struct {
+	t              *testing.T
+	stdout, stderr *bytes.Buffer
+}
+
+// runCLI runs the lockscope binary with args, as an operator would.
+func runCLI(ctx context.Context, env cliEnv, args []string) error {
+	cmd := exec.CommandContext(ctx, redistest.Lockscope(env.t), args...)
+	cmd.Stdout, cmd.Stderr = env.stdout, env.stderr
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LOCKSCOPE_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%v: %s", err, strings.TrimSpace(env.stderr.String()))
 	}
 	return nil
 }

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/syncbuf"
 )
 
 // proc is a running lockscope command.

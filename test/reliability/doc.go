@@ -6,7 +6,7 @@
 // /metrics, least-privilege Redis ACL users, and a short soak.
 //
 // Everything lives in the package's tests; they run against real
-// redis-server processes (internal/redistest) and, where a process boundary
+// redis-server processes (internal/testkit/redistest) and, where a process boundary
 // matters, the real lockscope binary. Each package's own tests stay beside
 // it; this suite is what crosses packages and processes, and lives under
 // test/ so that internal/ holds only what the binary runs and the shared

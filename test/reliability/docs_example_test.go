@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // The redis-cli example of docs/events.md, run as a reader would paste it,

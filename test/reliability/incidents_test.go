@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -88,7 +88,8 @@ func TestReplicasShareIncidents(t *testing.T) {
 		}
 	}
 	release("inc:hung")
-	redistest.Sleep(ctx, 500*time.Millisecond)
+	// The dead holder's lock lapses before the slow worker learns of its loss.
+	redistest.WaitFor(t, 30*time.Second, "inc:dead expired", func() bool { return rdb.Exists(ctx, "inc:dead").Val() == 0 })
 	if err := worker.Refresh(ctx, time.Minute); !errors.Is(err, lock.ErrLost) {
 		t.Fatalf("Refresh of a lease whose lock was taken = %v, want ErrLost", err)
 	}

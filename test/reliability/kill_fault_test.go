@@ -13,7 +13,7 @@ import (
 
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // packedEntry returns the fields of one packed entry of n events (what the
@@ -123,11 +123,15 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 		}
 		lastScrape = m.sum("lockscope_events_total")
 		p1.cmd.Process.Signal(syscall.SIGSTOP)
-		// A command it wrote just before it stopped (an XACK) may still be
-		// on its way to Redis: let it land before looking, and look twice.
-		time.Sleep(50 * time.Millisecond)
+		// Once every thread has stopped it writes nothing more, but a
+		// command it wrote just before (an XACK) may not have been read by
+		// Redis yet: it is readable already, so Redis has read it by the
+		// time it answers the second of two round trips. Equal counts: no
+		// such command.
+		if err := waitStopped(p1.cmd.Process.Pid, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		n := rdb.XPending(ctx, stream, group).Val().Count
-		time.Sleep(20 * time.Millisecond)
 		caught = lastScrape < written && n > 0 && rdb.XPending(ctx, stream, group).Val().Count == n
 		if !caught {
 			p1.cmd.Process.Signal(syscall.SIGCONT)
@@ -177,7 +181,6 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 		t.Errorf("killed serve's last scrape = %v, more than it read (%d acknowledged + %d pending)", lastScrape, acked, pendingEvents)
 	}
 
-	time.Sleep(300 * time.Millisecond)
 	p2 := startServe(t, bin, srv.URL(), nil, "--group", group, "--consumer", "c1")
 	if err := <-writerDone; err != nil {
 		t.Fatalf("writer: %v", err)
@@ -191,7 +194,21 @@ func TestCollectorKilledMidIngest(t *testing.T) {
 		t.Fatalf("restarted serve counted %v events, want %v (%d written - %d acknowledged by the killed one)", got, want, written, acked)
 	}
 	t.Logf("caught up at %v", time.Since(start))
-	time.Sleep(1500 * time.Millisecond) // a late double count would show now
+	// A late double count would come from an entry not yet read or not yet
+	// acknowledged (serve counts before it acknowledges): once the group has
+	// every entry delivered and none pending, the count is final.
+	lastID := func() string {
+		if ms := rdb.XRevRangeN(ctx, stream, "+", "-", 1).Val(); len(ms) == 1 {
+			return ms[0].ID
+		}
+		return ""
+	}()
+	if !redistest.Poll(ctx, func() bool {
+		gs := rdb.XInfoGroups(ctx, stream).Val()
+		return len(gs) == 1 && gs[0].LastDeliveredID == lastID && gs[0].Pending == 0
+	}) {
+		t.Fatalf("restarted serve never read and acknowledged the whole stream (to %s): %+v", lastID, rdb.XInfoGroups(ctx, stream).Val())
+	}
 	m := p2.metrics(ctx, t)
 	if got := m.sum("lockscope_events_total"); got != want {
 		t.Errorf("restarted serve: lockscope_events_total = %v, want exactly %v (%d written - %d acknowledged by the killed one)", got, want, written, acked)

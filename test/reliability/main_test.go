@@ -11,7 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) {

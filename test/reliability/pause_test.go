@@ -19,7 +19,7 @@ import (
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -235,10 +235,13 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 		// Only a pause that caught the holder holding counts. kill returns
 		// before every thread has stopped, and a command the holder wrote
 		// just before may still be on its way to Redis: wait for both.
-		if err := waitStopped(proc.cmd.Process.Pid, 2*time.Second); err != nil {
+		if err := waitStopped(proc.cmd.Process.Pid, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		redistest.Sleep(ctx, 20*time.Millisecond)
+		// Stopped, it writes nothing more; what it wrote is readable, so
+		// Redis has read it by the time it answers the second of two round
+		// trips (a PING, then the Inspect).
+		rdb.Ping(ctx)
 		if h2, err := op.Inspect(ctx, key); err != nil || h2.Lease != h.Lease {
 			proc.signal(syscall.SIGCONT)
 			continue
@@ -281,9 +284,18 @@ func (r pauseRun) run(t *testing.T) pauseResult {
 	if !redistest.Poll(ctx, func() bool { return gather(t, reg).sum("lockscope_events_total") >= want }) {
 		t.Fatalf("collector applied %v events, want %v", gather(t, reg).sum("lockscope_events_total"), want)
 	}
-	// Give the collector's expiry detection (ExpiryGrace 1s) time to decide
-	// the last holds.
-	redistest.Sleep(ctx, 1500*time.Millisecond)
+	// The collector's expiry detection (ExpiryGrace 1s) decides the last
+	// holds: wait until it lists every pause that cost its holder the lock
+	// (checkReported names any it never lists).
+	redistest.Poll(testCtx(t, 15*time.Second), func() bool {
+		exps := agg.Expirations(0)
+		for _, p := range out.pauses {
+			if p.successor != "" && p.successor != p.lease && !out.forced[p.lease] && expirationOf(exps, p) == nil {
+				return false
+			}
+		}
+		return true
+	})
 	out.agg, out.metrics, out.key = agg, gather(t, reg), key
 	t.Logf("fencing=%v pauses=%d forced=%d (refused %d) outcomes=%v", r.fencing, len(out.pauses), len(out.forced), out.forcedStale, out.outcomes)
 	return out
@@ -355,25 +367,12 @@ func checkReported(t *testing.T, r pauseResult) {
 		}
 	}
 	exps := r.agg.Expirations(0)
-	// expiredFor reports whether the collector recorded the pause's
-	// expiration: by lease, or, when the paused process's events arrived
-	// late, by owner and time (a keyspace notification names only the key,
-	// and is credited to the hold the collector knows of at that moment:
-	// an earlier hold of the same process whose release was still in the
-	// paused process's buffer).
 	expiredFor := func(p pause) bool {
-		for _, x := range exps {
-			if x.Lease == p.lease {
-				return true
-			}
+		x := expirationOf(exps, p)
+		if x != nil && x.Lease != p.lease {
+			t.Logf("lease %s's expiration during its pause is credited to lease %s of the same owner %s", p.lease, x.Lease, x.Owner)
 		}
-		for _, x := range exps {
-			if x.Owner == p.owner && !x.At.Before(p.from.Add(-time.Second)) && !x.At.After(p.to.Add(time.Second)) {
-				t.Logf("lease %s's expiration during its pause is credited to lease %s of the same owner %s", p.lease, x.Lease, x.Owner)
-				return true
-			}
-		}
-		return false
+		return x != nil
 	}
 	takenOver := 0
 	for _, p := range r.pauses {
@@ -416,6 +415,26 @@ func checkReported(t *testing.T, r pauseResult) {
 	}
 }
 
+// expirationOf returns the collector's record of the pause's expiration: by
+// lease, or, when the paused process's events arrived late, by owner and
+// time (a keyspace notification names only the key, and is credited to the
+// hold the collector knows of at that moment: an earlier hold of the same
+// process whose release was still in the paused process's buffer); nil if
+// it has none.
+func expirationOf(exps []state.Expiration, p pause) *state.Expiration {
+	for i, x := range exps {
+		if x.Lease == p.lease {
+			return &exps[i]
+		}
+	}
+	for i, x := range exps {
+		if x.Owner == p.owner && !x.At.Before(p.from.Add(-time.Second)) && !x.At.After(p.to.Add(time.Second)) {
+			return &exps[i]
+		}
+	}
+	return nil
+}
+
 // waitStopped waits until every thread of process pid is stopped.
 func waitStopped(pid int, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -455,10 +474,10 @@ func TestStaleHolderNeverTouchesSuccessor(t *testing.T) {
 	t.Parallel()
 	srv := redistest.Shared(t)
 	rdb := srv.Client(t)
-	ctx := testCtx(t, 10*time.Second)
+	ctx := testCtx(t, 30*time.Second)
 	key := redistest.KeyPrefix(t) + "lock"
 	c := lock.New(rdb, nil)
-	const ttl = 100 * time.Millisecond
+	const ttl = time.Second // the Inspect below must find A's lock on a loaded host
 
 	a, err := c.Obtain(ctx, key, ttl, &lock.ObtainOptions{Fencing: true, Owner: "A"})
 	if err != nil {
@@ -468,7 +487,8 @@ func TestStaleHolderNeverTouchesSuccessor(t *testing.T) {
 	if err != nil || seenA.Lease != a.ID() {
 		t.Fatalf("Inspect(%q) = %+v, %v; want lease %s", key, seenA, err, a.ID())
 	}
-	time.Sleep(ttl + 50*time.Millisecond) // A pauses past its TTL
+	// A pauses past its TTL: the key expires.
+	redistest.WaitFor(t, 20*time.Second, "A's lock expired", func() bool { return rdb.Exists(ctx, key).Val() == 0 })
 	b, err := c.Obtain(ctx, key, time.Minute, &lock.ObtainOptions{Fencing: true, Owner: "B"})
 	if err != nil {
 		t.Fatalf("Obtain by B after A's TTL: %v", err)

@@ -17,8 +17,8 @@ import (
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/lockscope/lockscope/internal/redistest"
-	"github.com/lockscope/lockscope/internal/syncbuf"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/syncbuf"
 	"github.com/lockscope/lockscope/lock"
 )
 

@@ -19,7 +19,7 @@ import (
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/dashboard"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -48,7 +48,10 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 	const stream = "lockscope:events"
 
 	// Each component gets its own client, as in production.
-	appRDB := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	// A dial that ignored its context would wait 4 s while Redis is down
+	// (5 tries a second apart): a late Obtain stands out by seconds, not by
+	// a margin a loaded host could eat.
+	appRDB := redis.NewClient(&redis.Options{Addr: srv.Addr(), DialerRetryTimeout: time.Second})
 	colRDB := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	em := lock.NewEmitter(appRDB, &lock.EmitterOptions{Stream: stream})
 	client := lock.New(appRDB, &lock.Options{Owner: "app", Recorder: em})
@@ -103,7 +106,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 
 	// The workload: workers obtain, hold briefly and release, each Obtain
 	// with a 200ms deadline; plus leases renewing across the restart.
-	const obtainDeadline = 200 * time.Millisecond
+	const obtainDeadline, lateBound = 200 * time.Millisecond, time.Second
 	var (
 		wg                sync.WaitGroup
 		okBefore, okAfter atomic.Int64
@@ -134,7 +137,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 				if took > time.Duration(worst.Load()) {
 					worst.Store(int64(took))
 				}
-				if took > obtainDeadline+deadlineSlack {
+				if took >= lateBound {
 					late.Add(1)
 				}
 				if err != nil {
@@ -245,7 +248,7 @@ func TestRedisRestartMidWorkload(t *testing.T) {
 		t.Errorf("no Obtain failed while Redis was down")
 	}
 	if n := late.Load(); n != 0 {
-		t.Errorf("%d Obtains returned later than their %v deadline + %v (worst %v)", n, obtainDeadline, deadlineSlack, time.Duration(worst.Load()))
+		t.Errorf("%d Obtains returned %v or more after they began, want by their %v deadline (worst %v)", n, lateBound, obtainDeadline, time.Duration(worst.Load()))
 	}
 	var samples []string
 	errSamples.Range(func(_, v any) bool { samples = append(samples, v.(string)); return true })

@@ -11,8 +11,8 @@ import (
 	"github.com/lockscope/lockscope/collector"
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
-	"github.com/lockscope/lockscope/internal/faultproxy"
-	"github.com/lockscope/lockscope/internal/redistest"
+	"github.com/lockscope/lockscope/internal/testkit/faultproxy"
+	"github.com/lockscope/lockscope/internal/testkit/redistest"
 )
 
 // xaddEvents writes n single-event entries (the any-language form), trimmed

@@ -5,13 +5,17 @@ import contextvars
 import os
 import time
 
+from redis.exceptions import LockError
+
 from . import event as ev
+from . import listen
 from . import value
 from .emitter import default_emitter
 
 # The leases held in this thread or asyncio task (innermost first): a
 # waiting event lists them, which is what links a deadlock's waiters in the
-# collector's wait-for graph. _live maps the leases held in this process to
+# collector's wait-for graph, and so does an acquired event (the edges of
+# its lock-order graph). _live maps the leases held in this process to
 # when their TTL runs out (time.monotonic(); None without a TTL): it filters
 # out holds ended elsewhere (released by another thread, thread_local=False)
 # or by their TTL.
@@ -60,10 +64,11 @@ def _prune():
 class Hold:
     """One hold of a lock: its token, public lease id, owner, start (Unix ns)."""
 
-    __slots__ = ("token", "lease", "owner", "since")
+    __slots__ = ("token", "lease", "owner", "since", "asked")
 
     def __init__(self, token, lease, owner, since):
         self.token, self.lease, self.owner, self.since = token, lease, owner, since
+        self.asked = None  # listen.Asked once the hold listens for release requests
 
 
 class Core:
@@ -101,12 +106,15 @@ class Core:
         h = Hold(token, lease, owner, at)
         self.local.lockscope_hold = h
         ttl = self._ls_ttl_ms()
+        # What the caller already holds, as a waiting event lists it: the
+        # collector's lock-order graph. An empty context costs one lookup.
+        outer = ",".join(held_leases()) if _held.get() else ""
         if len(_live) >= _PRUNE_AT:
             _prune()
         _live[lease] = _hold_until(ttl)
         _held.set((lease,) + tuple(x for x in _held.get() if x in _live))
         self.emitter.record(ev.Event("acquired", key=self.name, owner=owner, lease=lease, ts=at,
-                                     wait=time.time_ns() - start, ttl=ttl, attempts=attempts))
+                                     wait=time.time_ns() - start, ttl=ttl, attempts=attempts, reason=outer))
 
     def _ls_failed(self, lease, owner, start, attempts, reason, holder):
         now = time.time_ns()
@@ -118,6 +126,21 @@ class Core:
         self.emitter.record(ev.Event("waiting", key=self.name, owner=owner, lease=lease, ts=time.time_ns(),
                                      wait=max(int(budget * 1e9), 0) if budget is not None else 0,
                                      attempts=1, holder=holder, reason=",".join(held_leases())))
+
+    def _ls_listen(self, callback, make):
+        """Makes the hold this lock has now listen for release requests
+        (once; make() builds its Asked) and adds callback; returns the hold.
+        Raises LockError when the lock is not held."""
+        h = self._ls_hold()
+        if h is None:
+            raise LockError("Cannot listen for release requests: the lock is not held")
+        if h.asked is None:
+            h.asked = make()
+            h.asked.add(callback)
+            listen.default_listener(self.redis).add(h.lease, h.asked.deliver)
+        else:
+            h.asked.add(callback)
+        return h
 
     def _ls_renewed(self, h, ttl_ms, left_ms):
         """Records a renewal that set ttl_ms when left_ms were left."""
@@ -142,6 +165,9 @@ class Core:
     def _ls_forget(self, h):
         if h is None:
             return
+        if h.asked is not None:
+            listen.default_listener(self.redis).remove(h.lease)
+            h.asked.end()
         _live.pop(h.lease, None)
         held = _held.get()
         if h.lease in held:

@@ -8,6 +8,7 @@ from redis.exceptions import LockError, LockNotOwnedError
 
 from . import _core
 from . import event as ev
+from . import listen
 
 
 class Lock(_core.Core, redis.asyncio.lock.Lock):
@@ -89,6 +90,30 @@ class Lock(_core.Core, redis.asyncio.lock.Lock):
         except BaseException:
             self._ls_failed(lease, owner, start, attempts, ev.REASON_CANCELED, holder)
             raise
+
+    def listen(self, callback=None):
+        """Hears operators' release requests to the hold this lock has now,
+        as lockscope.Lock.listen does; call it from the event loop the lock
+        runs on. callback(request) runs on that loop (a coroutine function's
+        coroutine as a task); wait_release_request() awaits one. The
+        listener's thread reads Redis with a sync connection of its own:
+        nothing waits on the loop. Raises LockError when the lock is not
+        held."""
+        loop = asyncio.get_running_loop()
+        self._ls_listen(callback, lambda: listen.AsyncAsked(loop))
+
+    async def wait_release_request(self, timeout=None):
+        """Waits up to timeout seconds (None: no bound) for a release
+        request to the hold this lock has now, listening first if it does
+        not yet. Returns the first request the hold heard, or None at the
+        timeout or once the hold has ended."""
+        loop = asyncio.get_running_loop()
+        h = self._ls_listen(None, lambda: listen.AsyncAsked(loop))
+        try:
+            await asyncio.wait_for(h.asked.event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return h.asked.request
 
     async def holder(self):
         """Names who holds the lock now (its owner, or another library's name

@@ -26,7 +26,9 @@ from .value import default_owner
 
 log = logging.getLogger("lockscope")
 
-DEFAULT_MAX_AGE = 15 * 60.0  # seconds of stream kept, on the stream's own clock
+DEFAULT_MAX_AGE = 15 * 60.0  # seconds of stream kept, on Redis's clock (see Retention)
+RETENTION_CLOCK_EVERY = 60.0  # seconds between two TIME calls
+RETENTION_AHEAD_KEEP = 100_000  # entries a stream keeps after an ID in the future
 DEFAULT_BATCH_SIZE = 2048
 MAX_FLUSH_INTERVAL = 0.1
 DEFAULT_BUFFER_SIZE = 16384
@@ -37,44 +39,109 @@ EmitterStats.__doc__ = """An emitter's counters since it was created. Once it is
 recorded == sent + dropped."""
 
 
+class Retention:
+    """The rule by which every writer of a stream trims it by age, as the Go
+    library's event.Retention (docs/events.md, "Retention"): entry IDs are
+    chosen by whoever XADDs, so none is trusted.
+
+    - The clock is Redis's (TIME, asked again every RETENTION_CLOCK_EVERY
+      seconds and applied to the local clock in between); until
+      TIME answers (or when it is refused) the local clock stands in.
+    - Each XADD trims with MINID ~ (Redis's time - max_age).
+    - When the ID the stream gave this writer's last entry, P-S, lies ahead
+      of Redis's time and S >= RETENTION_AHEAD_KEEP, the MINID is
+      P-(S - RETENTION_AHEAD_KEEP): the newest RETENTION_AHEAD_KEEP entries
+      after the future ID are kept.
+    """
+
+    def __init__(self, max_age_ms):
+        self.max_age_ms = max_age_ms
+        self.offset_ms = 0.0  # Redis's clock minus the local one
+        self.synced = None  # time.monotonic() of the last TIME
+        self.ms, self.seq = 0, 0  # the newest entry ID the stream gave this writer
+
+    def now_ms(self):
+        return time.time() * 1000 + self.offset_ms
+
+    def min_id(self):
+        """The MINID of the next XADD, or None."""
+        now = self.now_ms()
+        if self.ms > now and self.seq >= RETENTION_AHEAD_KEEP:
+            return "%d-%d" % (self.ms, self.seq - RETENTION_AHEAD_KEEP)
+        cut = int(now) - self.max_age_ms
+        return cut if cut > 0 else None
+
+    def written(self, entry_id):
+        if isinstance(entry_id, bytes):
+            entry_id = entry_id.decode()
+        ms, _, seq = str(entry_id).partition("-")
+        try:
+            ms, seq = int(ms), int(seq or 0)
+        except ValueError:
+            return
+        if (ms, seq) > (self.ms, self.seq):
+            self.ms, self.seq = ms, seq
+
+
+def sync_clock(client, rules):
+    """Asks Redis for its time (TIME) when the first of rules needs it, once
+    a minute, and sets it on all of them; a refusal leaves the local
+    clock."""
+    if not rules:
+        return
+    now = time.monotonic()
+    if rules[0].synced is not None and now - rules[0].synced < RETENTION_CLOCK_EVERY:
+        return
+    sent = time.time()
+    try:
+        sec, usec = client.time()
+    except redis.RedisError:
+        offset = None
+    else:
+        received = time.time()
+        offset = sec * 1000 + usec / 1000 - (sent + received) / 2 * 1000
+    for r in rules:
+        if offset is not None:
+            r.offset_ms = offset
+        r.synced = time.monotonic()
+
+
 class StreamSink:
     """Writes each batch as packed entries to the lockscope stream (or its
     partitions): one entry per batch unless it passes ev.ENTRY_BYTES or a
     decoder's limits. Each XADD trims the stream: with MAXLEN ~ maxlen if
     maxlen is positive, else with MINID ~ to the entries at most max_age
-    seconds older than the newest this sink wrote (the time in the ID Redis
-    gave it: the stream's own clock); neither: never trimmed. Used by the
-    Emitter's thread only."""
+    seconds old by Retention's rule (on Redis's clock); neither: never
+    trimmed. Used by the Emitter's thread only."""
 
     def __init__(self, client, stream=ev.DEFAULT_STREAM, maxlen=0, partitions=0, max_age=DEFAULT_MAX_AGE):
         self.client = client
         self.streams = ev.streams(stream or ev.DEFAULT_STREAM, partitions)
         self.maxlen = maxlen if maxlen and maxlen > 0 else None
-        self.max_age_ms = int(max_age * 1000) if not self.maxlen and max_age and max_age > 0 else 0
-        self._newest = {}  # stream -> ms time of the newest entry ID written
+        max_age_ms = int(max_age * 1000) if not self.maxlen and max_age and max_age > 0 else 0
+        # stream -> its Retention; none when trimming by length or never
+        self._rules = {s: Retention(max_age_ms) for s in self.streams} if max_age_ms else {}
 
     def _trim(self, stream):
         """The XADD trimming arguments for stream."""
         if self.maxlen:
             return {"maxlen": self.maxlen, "approximate": True}
-        newest = self._newest.get(stream, 0)
-        if self.max_age_ms and newest > self.max_age_ms:
-            return {"minid": newest - self.max_age_ms, "approximate": True}
+        rule = self._rules.get(stream)
+        min_id = rule.min_id() if rule else None
+        if min_id is not None:
+            return {"minid": min_id, "approximate": True}
         return {}
 
     def _written(self, stream, entry_id):
-        if isinstance(entry_id, bytes):
-            entry_id = entry_id.decode()
-        try:
-            ms = int(str(entry_id).split("-", 1)[0])
-        except ValueError:
-            return
-        if ms > self._newest.get(stream, 0):
-            self._newest[stream] = ms
+        rule = self._rules.get(stream)
+        if rule:
+            rule.written(entry_id)
 
     def write(self, events):
         if not events:
             return
+        if self._rules:
+            sync_clock(self.client, list(self._rules.values()))
         n = len(self.streams)
         if n == 1:
             entries = [(self.streams[0], e) for e in ev.pack_entries(events, ev.ENTRY_BYTES)]
@@ -159,8 +226,8 @@ class Emitter:
     - stream: the stream key ("lockscope:events").
     - partitions: spread events by lock key over this many streams
       (event.streams); collectors must read as many (``--partitions``).
-    - max_age: keep the entries at most this many seconds older than the
-      newest, by the stream's own clock (XADD MINID ~; 900: 15 minutes).
+    - max_age: keep the entries at most this many seconds old, by Redis's
+      clock (XADD MINID ~, by Retention's rule; 900: 15 minutes).
       What a stopped collector can still read when it comes back, and what
       Redis's memory holds: some 100 bytes per event (30-byte keys).
     - maxlen: if positive, trim with MAXLEN ~ maxlen entries instead (an

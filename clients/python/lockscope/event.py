@@ -32,6 +32,8 @@ TYPES = {
     "forced": 8,
     "dropped": 9,
     "waiting": 10,
+    "requested": 11,
+    "fence_rejected": 12,
 }
 TYPE_NAMES = {code: name for name, code in TYPES.items()}
 
@@ -151,8 +153,9 @@ class Event:
         return bool(_valid(self.trace_id, 16) or _valid(self.span_id, 8) or self.headroom)
 
     def held_leases(self):
-        """Returns the leases a waiting event's call holds (its reason)."""
-        if self.type != "waiting" or not self.reason:
+        """Returns the leases a waiting or acquired event's call already
+        holds (its reason)."""
+        if self.type not in ("waiting", "acquired") or not self.reason:
             return []
         return _b(self.reason).decode("utf-8", "replace").split(",")
 

@@ -7,6 +7,7 @@ from redis.exceptions import LockError, LockNotOwnedError
 
 from . import _core
 from . import event as ev
+from . import listen
 
 
 class Lock(_core.Core, redis.lock.Lock):
@@ -95,6 +96,29 @@ class Lock(_core.Core, redis.lock.Lock):
         except BaseException:  # KeyboardInterrupt, SystemExit while waiting
             self._ls_failed(lease, owner, start, attempts, ev.REASON_CANCELED, holder)
             raise
+
+    def listen(self, callback=None):
+        """Hears operators' release requests to the hold this lock has now
+        (the dashboard's "Ask to release", ``lockscope release KEY --ask``):
+        within moments, whatever the timeout, not at the next extend. The
+        application decides: finish or save its work and release(), or
+        carry on. callback(request), if given, is called on the listener's
+        thread for each request (a lockscope.ReleaseRequest: operator,
+        reason, at, grace); wait_release_request() waits for one. The hold
+        stops listening when it is released or found lost. One Pub/Sub
+        connection per Redis client serves every hold that listens; none
+        exists while none does. Raises LockError when the lock is not held.
+        """
+        self._ls_listen(callback, listen.Asked)
+
+    def wait_release_request(self, timeout=None):
+        """Waits up to timeout seconds (None: no bound) for a release
+        request to the hold this lock has now, listening first if it does
+        not yet. Returns the first request the hold heard, or None at the
+        timeout or once the hold has ended."""
+        h = self._ls_listen(None, listen.Asked)
+        h.asked.event.wait(timeout)
+        return h.asked.request
 
     def holder(self):
         """Names who holds the lock now (its owner, or another library's name

@@ -249,13 +249,13 @@ def fill_old_and_recent(r, stream, now_ms):
         r.xadd(stream, {"other": "recent"}, id=f"{now_ms - 60_000}-{i}")
 
 
-def test_default_keeps_fifteen_minutes_by_the_streams_clock(r, prefix):
+def test_default_keeps_fifteen_minutes_by_redis_clock(r, prefix):
     stream = prefix + "events"
     sec, usec = r.time()
     now_ms = sec * 1000 + usec // 1000
     fill_old_and_recent(r, stream, now_ms)
     e = lockscope.Emitter(r, stream, batch_size=1)
-    for i in range(3):  # the first write learns the stream's clock, the next ones trim
+    for i in range(3):
         e.record(ev.Event("acquired", key="k", ts=i + 1))
         e.flush(timeout=5)
     e.close()
@@ -289,6 +289,53 @@ def test_partitions_trim_by_age_each_on_its_own(r, prefix):
         assert kinds.count(b"old") < 100, s
         assert kinds.count(b"recent") == 300, s
         assert kinds.count(None) == 3, s
+
+
+@pytest.mark.parametrize("ahead", ["20 minutes", "9999999999999-0"])
+def test_retention_distrusts_future_ids(r, prefix, ahead):
+    """A writer XADDs an entry with an ID in the future among 300 entries two
+    hours old and 300 a minute old: the emitter trims the old ones by Redis's
+    clock and keeps the recent ones and the future one (before, it trimmed
+    with MINID newest - 15 min and cut them all)."""
+    stream = prefix + "events"
+    sec, usec = r.time()
+    now_ms = sec * 1000 + usec // 1000
+    fill_old_and_recent(r, stream, now_ms)
+    future = "%d-0" % (now_ms + 20 * 60_000) if ahead == "20 minutes" else ahead
+    r.xadd(stream, {"other": "future"}, id=future)
+    e = lockscope.Emitter(r, stream, batch_size=1)
+    for i in range(3):
+        e.record(ev.Event("acquired", key="k", ts=i + 1))
+        e.flush(timeout=5)
+    e.close()
+    kinds = [f.get(b"other") for _, f in r.xrange(stream)]
+    assert kinds.count(b"old") < 100
+    assert kinds.count(b"recent") == 300
+    assert kinds.count(b"future") == 1
+    assert kinds.count(None) == 3
+
+
+def test_retention_bounded_after_future_id(r, prefix):
+    """After 9999999999999-0 no age reaches the entries Redis numbers after
+    it: once there are RETENTION_AHEAD_KEEP of them the emitter keeps the
+    newest RETENTION_AHEAD_KEEP (before, the stream grew without bound)."""
+    from lockscope.emitter import RETENTION_AHEAD_KEEP
+    stream = prefix + "events"
+    r.xadd(stream, {"other": "future"}, id="9999999999999-0")
+    after = RETENTION_AHEAD_KEEP + 1000
+    for i in range(0, after, 5000):
+        pipe = r.pipeline(transaction=False)
+        for _ in range(min(5000, after - i)):
+            pipe.xadd(stream, {"other": "after"})
+        pipe.execute()
+    e = lockscope.Emitter(r, stream, batch_size=1)
+    for i in range(2):  # the first learns the stream's newest ID, the second trims by it
+        e.record(ev.Event("acquired", key="k", ts=i + 1))
+        e.flush(timeout=5)
+    e.close()
+    n = r.xlen(stream)
+    r.delete(stream)
+    assert RETENTION_AHEAD_KEEP <= n <= RETENTION_AHEAD_KEEP + 200  # MINID ~: whole nodes
 
 
 def test_negative_maxlen_never_trims(r, prefix):

@@ -1,7 +1,8 @@
 """Cross-language golden files (event/testdata/golden): the Python codec
 writes python.packed and python.single.json, and decodes Go's go.packed and
-go.single.json to the events of events.json. The Go side
-(event/golden_test.go) decodes the Python files. Set
+go.single.json, and the Node package's node.packed and node.single.json, to
+the events of events.json. The Go side (event/golden_test.go) and the Node
+side (clients/node/test/golden.test.js) decode the Python files. Set
 LOCKSCOPE_UPDATE_GOLDEN=1 to rewrite the Python files."""
 
 import json
@@ -78,22 +79,24 @@ def read(name):
         return f.read()
 
 
-def test_packed_bytes_are_gos():
+@pytest.mark.parametrize("lang", ["go", "node"])
+def test_packed_bytes_are_the_others(lang):
     events = golden_events()
-    assert ev.pack(events) == read("go.packed")
-    assert ev.pack_ext(events) == read("go.ext") != b""
+    assert ev.pack(events) == read(lang + ".packed")
+    assert ev.pack_ext(events) == read(lang + ".ext") != b""
     (n, batch, ext), = ev.pack_entries(events)
     assert (n, batch, ext) == (len(events), read("go.packed"), read("go.ext"))
 
 
-def test_decodes_go_packed():
+@pytest.mark.parametrize("lang", ["go", "node"])
+def test_decodes_packed(lang):
     want = golden_events()
-    got = ev.decode({b"v": b"1", b"n": str(len(want)).encode(), b"batch": read("go.packed"), b"x": read("go.ext")})
+    got = ev.decode({b"v": b"1", b"n": str(len(want)).encode(), b"batch": read(lang + ".packed"), b"x": read(lang + ".ext")})
     assert got == want
     assert isinstance(got[3].key, bytes) and got[3].key == b"\xff\xfek"
     assert got[0].trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736" and got[4].headroom == 19750000000
     # Without the extension: the same events, without their optional fields.
-    bare = ev.decode({"v": "1", "n": str(len(want)), "batch": read("go.packed")})
+    bare = ev.decode({"v": "1", "n": str(len(want)), "batch": read(lang + ".packed")})
     assert [(e.trace_id, e.span_id, e.headroom) for e in bare] == [(b"", b"", 0)] * len(want)
     for e, w in zip(bare, want):
         e.trace_id, e.span_id, e.headroom = w.trace_id, w.span_id, w.headroom
@@ -119,14 +122,15 @@ def test_extension_rules_as_go():
         "4bf92f3577b34da6a3ce929d0e0e4736"
 
 
-def test_decodes_go_single_entries_field_for_field():
+@pytest.mark.parametrize("lang", ["go", "node"])
+def test_decodes_single_entries_field_for_field(lang):
     want = golden_events()
-    entries = read_singles("go.single.json")
+    entries = read_singles(lang + ".single.json")
     assert [ev.decode(f)[0] for f in entries] == want
     # The same fields, in the same order, as Python writes them.
-    for e, go in zip(want, entries):
+    for e, other in zip(want, entries):
         mine = {k: v if isinstance(v, bytes) else v.encode() for k, v in ev.fields(e).items()}
-        assert list(mine.items()) == list(go.items())
+        assert list(mine.items()) == list(other.items())
 
 
 @pytest.mark.parametrize("entry, message", [

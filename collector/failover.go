@@ -1,0 +1,65 @@
+package collector
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// After a failover: Redis replicates asynchronously, so a replica promoted
+// when its primary died may lack the primary's newest writes, stream
+// entries and the group's reads among them. The collector notices at its
+// next poll of the stream (every second): its group was last delivered an
+// entry older than the last one it applied, which only a Redis that lost
+// writes does (delivery comes before applying; trimming never moves a
+// group back). If that entry is gone too, the failover lost it. The
+// collector says so plainly, counts as lost only the entries it had not
+// read, and the gap tracker takes the new primary's counters as its
+// baseline, so the other history's deficit is not reported as entries
+// trimmed unread.
+
+// checkLostWrites is called by inspect, with gaps.mu held, for the group g
+// of the stream si.
+func (c *Feeder) checkLostWrites(ctx context.Context, si *streamInfo, g groupInfo) error {
+	c.mu.Lock()
+	applied := c.lastApplied
+	c.mu.Unlock()
+	t := &c.gaps
+	if applied == "" || applied == "0" || si.unknown || applied == t.backAt || !idLess(g.lastDelivered, applied) {
+		return nil
+	}
+	gone, err := c.entryGone(ctx, applied)
+	if err != nil {
+		return err // asked again at the next poll
+	}
+	t.backAt = applied
+	args := []any{"last_applied", applied, "group_last_delivered", g.lastDelivered, "last_entry_now", si.lastGenerated}
+	if !gone {
+		c.log.Warn("Redis lost the consumer group's last reads (the entries are there): entries this collector applied are read again", args...)
+		return nil
+	}
+	t.rebase = true
+	// At the last poll the stream ended at t.last with t.lag entries left
+	// to read: if that entry is gone too, those went with the failover.
+	if t.last != "" && idLess(applied, t.last) && t.lag > 0 {
+		if unread, err := c.entryGone(ctx, t.last); err == nil && unread {
+			c.agg.StreamGap(t.lag)
+			c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read, nor some it had not: events lost. Locks written in that window may be gone too: look for overlaps with cause vanished",
+				append(args, "last_entry_seen", t.last, "missing_about", t.lag)...)
+			return nil
+		}
+	}
+	c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished", args...)
+	return nil
+}
+
+// entryGone reports whether the stream has no entry id.
+func (c *Feeder) entryGone(ctx context.Context, id string) (bool, error) {
+	msgs, err := c.rdb.XRangeN(ctx, c.opt.Stream, id, id, 1).Result()
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false, nil // XRANGE refused (an ACL without it): not known
+	}
+	return err == nil && len(msgs) == 0, err
+}

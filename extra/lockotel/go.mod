@@ -1,0 +1,32 @@
+module github.com/lockscope/lockscope/extra/lockotel
+
+go 1.26.8
+
+replace github.com/lockscope/lockscope/event => ../../event
+
+replace github.com/lockscope/lockscope/lock => ../../lock
+
+replace github.com/lockscope/lockscope/internal/testkit => ../../internal/testkit
+
+require (
+	github.com/lockscope/lockscope/event v0.0.0-00010101000000-000000000000
+	github.com/lockscope/lockscope/internal/testkit v0.0.0-00010101000000-000000000000
+	github.com/lockscope/lockscope/lock v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/sdk v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-logr/logr v1.4.4 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/otel/log v1.47.0 // indirect
+	go.opentelemetry.io/otel/metric v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.6 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
