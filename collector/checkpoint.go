@@ -53,7 +53,7 @@ const confirmedReason = "confirmed"
 const workingReason = "working"
 
 // writeCheckpoints keeps the checkpoint fresh until ctx ends.
-func (c *Feeder) writeCheckpoints(ctx context.Context) {
+func (c *Follower) writeCheckpoints(ctx context.Context) {
 	failed := false
 	every(ctx, c.ckptEvery, func() {
 		if c.agg.Health() != nil {
@@ -80,7 +80,7 @@ func (c *Feeder) writeCheckpoints(ctx context.Context) {
 // with batches of at most event.MaxBatchEvents events. With partitions,
 // the first partition's checkpoint keeps the expirations (the state lists
 // them all together).
-func (c *Feeder) writeCheckpoint(ctx context.Context) error {
+func (c *Follower) writeCheckpoint(ctx context.Context) error {
 	now := c.opt.Now()
 	hs := c.agg.Holders(now.Add(-c.ckptMinAge), checkpointMax)
 	if n := c.opt.Partitions; n > 1 {
@@ -132,7 +132,7 @@ func (c *Feeder) writeCheckpoint(ctx context.Context) error {
 const checkpointMagic = "lsck1|"
 
 // readCheckpoint returns the checkpoint, or nil when there is none.
-func (c *Feeder) readCheckpoint(ctx context.Context) (*checkpoint, error) {
+func (c *Follower) readCheckpoint(ctx context.Context) (*checkpoint, error) {
 	s, err := c.rdb.Get(ctx, CheckpointKey(c.opt.Stream)).Result()
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -188,7 +188,7 @@ func parseCheckpoint(s string) (*checkpoint, error) {
 // against their keys now and returns the acquisitions to replay: a key gone
 // is dropped; a value written by the library gives the true holder; a
 // foreign value counts when it is still the value the holder was seen with.
-func (c *Feeder) verifyHolders(ctx context.Context, hs []event.Event, start int64, now time.Time) ([]event.Event, error) {
+func (c *Follower) verifyHolders(ctx context.Context, hs []event.Event, start int64, now time.Time) ([]event.Event, error) {
 	var out []event.Event
 	for len(hs) > 0 {
 		part := hs[:min(len(hs), restoreBatch)]
@@ -229,7 +229,7 @@ func (c *Feeder) verifyHolders(ctx context.Context, hs []event.Event, start int6
 // restoreExpirations gives the state the checkpoint's expirations older
 // than start, where the replayed stream begins (the younger ones it
 // replays).
-func (c *Feeder) restoreExpirations(ck *checkpoint, start time.Time) int {
+func (c *Follower) restoreExpirations(ck *checkpoint, start time.Time) int {
 	var exps []state.Expiration
 	for _, e := range ck.expirations {
 		if e.TS < start.UnixNano() {

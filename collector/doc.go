@@ -1,7 +1,7 @@
 // Package collector is the Redis side of collecting: it feeds the
 // aggregation state (collector/state) from Redis.
 //
-// A Feeder (feeder.go) reads the event stream through a consumer group
+// A Follower (follower.go) reads the event stream through a consumer group
 // (ingest.go: read, decode, apply, acknowledge; ingest_stats.go: lag,
 // pending entries and entries trimmed before they were read), rebuilds the
 // picture of a restarted replica from the checkpoint and the stream

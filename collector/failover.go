@@ -21,7 +21,7 @@ import (
 
 // checkLostWrites is called by inspect, with gaps.mu held, for the group g
 // of the stream si.
-func (c *Feeder) checkLostWrites(ctx context.Context, si *streamInfo, g groupInfo) error {
+func (c *Follower) checkLostWrites(ctx context.Context, si *streamInfo, g groupInfo) error {
 	c.mu.Lock()
 	applied := c.lastApplied
 	c.mu.Unlock()
@@ -55,7 +55,7 @@ func (c *Feeder) checkLostWrites(ctx context.Context, si *streamInfo, g groupInf
 }
 
 // entryGone reports whether the stream has no entry id.
-func (c *Feeder) entryGone(ctx context.Context, id string) (bool, error) {
+func (c *Follower) entryGone(ctx context.Context, id string) (bool, error) {
 	msgs, err := c.rdb.XRangeN(ctx, c.opt.Stream, id, id, 1).Result()
 	var rerr redis.Error
 	if errors.As(err, &rerr) {

@@ -50,7 +50,7 @@ const ackTimeout = 5 * time.Second
 // more than two reads (128 entries) are in flight.
 const maxUnacked = 1 << 16
 
-func (c *Feeder) ingest(ctx context.Context) {
+func (c *Follower) ingest(ctx context.Context) {
 	ch := make(chan batch, 1)
 	go c.fetch(ctx, ch)
 	a := applier{c: c, unacked: make(map[string]struct{})}
@@ -62,7 +62,7 @@ func (c *Feeder) ingest(ctx context.Context) {
 }
 
 type fetcher struct {
-	c       *Feeder
+	c       *Follower
 	bo      backoff
 	healthy bool
 	failing string    // text of the failure last reported
@@ -72,7 +72,7 @@ type fetcher struct {
 // fetch reads until ctx is done and closes out. Reads that complete after
 // ctx is cancelled are still handed over: they are pending on this consumer
 // and the applier acknowledges them.
-func (c *Feeder) fetch(ctx context.Context, out chan<- batch) {
+func (c *Follower) fetch(ctx context.Context, out chan<- batch) {
 	defer close(out)
 	f := fetcher{c: c}
 	claimEvery := min(max(c.opt.ClaimMinIdle/2, 100*time.Millisecond), 15*time.Second)
@@ -152,14 +152,14 @@ func (c *Feeder) fetch(ctx context.Context, out chan<- batch) {
 // Count entries of up to event.MaxBatchBytes each could be half a
 // gigabyte, and a writer of the stream chooses their size. After each
 // read the next asks for as many entries as readBudget holds at the size
-// of that read's largest entry: an emitter's entries (a few hundred bytes
-// per event, 512 events at most) still come Count at a time, a stream of
-// 4 MB entries comes 4 at a time.
+// of that read's largest entry: an emitter's entries (some 100 bytes per
+// event with 30-byte keys, 2048 events at most: about 200 KB) still come
+// Count at a time, a stream of 4 MB entries comes 4 at a time.
 const readBudget = 16 << 20
 
 // count is how many entries the next read asks for: before any read, as
 // many as readBudget holds at the largest size an entry may have.
-func (c *Feeder) count() int {
+func (c *Follower) count() int {
 	if c.readCount <= 0 {
 		return nextCount(event.MaxBatchBytes, c.opt.Count)
 	}
@@ -168,7 +168,7 @@ func (c *Feeder) count() int {
 
 // sized sets the next read's count from the entries a read returned (none:
 // unchanged): see readBudget.
-func (c *Feeder) sized(msgs []redis.XMessage) {
+func (c *Follower) sized(msgs []redis.XMessage) {
 	if len(msgs) == 0 {
 		return
 	}
@@ -196,7 +196,8 @@ func nextCount(largest, most int) int {
 // entries. A busy stream gets an entry per emitter batch, and without a
 // pause each would cost a read, an acknowledgement and the wake-ups of the
 // goroutines and threads around them, which cost serve two thirds as much
-// CPU as applying the entry's 512 events. Each burst of work after an idle
+// CPU as applying the entry's events (512 an entry when this was
+// measured; the emitter's batch is 2048 now). Each burst of work after an idle
 // moment also puts the Go runtime's monitor thread (sysmon) back to waking
 // every 20 µs for a millisecond or more: on the project's VM, where a sleep
 // and a wake-up cost tens of microseconds, that was an eighth of serve's CPU
@@ -258,7 +259,7 @@ func (f *fetcher) ok() {
 }
 
 // describe turns a Redis error into the reason Health reports.
-func (c *Feeder) describe(err error) error {
+func (c *Follower) describe(err error) error {
 	var rerr redis.Error
 	switch {
 	case errors.Is(err, errDuplicateReplica):
@@ -273,7 +274,7 @@ func (c *Feeder) describe(err error) error {
 }
 
 // setup makes sure the group exists and checks for a gap before reading.
-func (c *Feeder) setup(ctx context.Context) error {
+func (c *Follower) setup(ctx context.Context) error {
 	si, groups, err := c.inspect(ctx)
 	var rerr redis.Error
 	switch {
@@ -311,7 +312,7 @@ func (c *Feeder) setup(ctx context.Context) error {
 
 // warnShared logs, as an error, collectors that share a configured group:
 // each of them sees only part of every lock's events.
-func (c *Feeder) warnShared(ctx context.Context) {
+func (c *Follower) warnShared(ctx context.Context) {
 	if c.replica || c.sharedWarned {
 		return
 	}
@@ -336,7 +337,7 @@ func (c *Feeder) warnShared(ctx context.Context) {
 // was deleted), and from the beginning when it does not (Redis lost its data
 // and the emitters recreated the stream: everything in it is new). A
 // collector that has applied nothing starts Backfill ago by the server clock.
-func (c *Feeder) startID(ctx context.Context, si *streamInfo) (string, error) {
+func (c *Follower) startID(ctx context.Context, si *streamInfo) (string, error) {
 	c.mu.Lock()
 	last := c.lastApplied
 	c.mu.Unlock()
@@ -367,7 +368,7 @@ func (c *Feeder) startID(ctx context.Context, si *streamInfo) (string, error) {
 // readOwnPending re-reads the entries this consumer name read before without
 // acknowledging them (a restarted collector with a fixed Consumer, or replies
 // lost with the connection).
-func (c *Feeder) readOwnPending(ctx context.Context, out chan<- batch) error {
+func (c *Follower) readOwnPending(ctx context.Context, out chan<- batch) error {
 	after := "0"
 	for {
 		gen := c.groupGen.Load()
@@ -399,7 +400,7 @@ func (c *Feeder) readOwnPending(ctx context.Context, out chan<- batch) error {
 
 // claim takes over the entries that other consumers read and left pending
 // for longer than ClaimMinIdle: they died before acknowledging.
-func (c *Feeder) claim(ctx context.Context, out chan<- batch) error {
+func (c *Follower) claim(ctx context.Context, out chan<- batch) error {
 	start := "0-0"
 	for {
 		gen := c.groupGen.Load()
@@ -440,7 +441,7 @@ const staleConsumerAfter = time.Hour
 // forgetStaleConsumers removes consumers that hold nothing and have been idle
 // for staleConsumerAfter. Best effort: a user without XINFO CONSUMERS or
 // XGROUP DELCONSUMER merely keeps the clutter.
-func (c *Feeder) forgetStaleConsumers(ctx context.Context) {
+func (c *Follower) forgetStaleConsumers(ctx context.Context) {
 	if c.replica {
 		c.forgetStaleReplicas(ctx)
 	}
@@ -464,7 +465,7 @@ func (c *Feeder) forgetStaleConsumers(ctx context.Context) {
 // forgetStaleReplicas destroys the groups of replicas that have not read for
 // staleConsumerAfter (a replica renamed, or scaled down). Best effort, like
 // forgetStaleConsumers.
-func (c *Feeder) forgetStaleReplicas(ctx context.Context) {
+func (c *Follower) forgetStaleReplicas(ctx context.Context) {
 	_, groups, err := c.streamInfo(ctx)
 	if err != nil {
 		return
@@ -492,7 +493,7 @@ func (c *Feeder) forgetStaleReplicas(ctx context.Context) {
 
 // applier is the goroutine of Run: it decodes, applies and acknowledges.
 type applier struct {
-	c         *Feeder
+	c         *Follower
 	gen       uint64
 	evs       []event.Event
 	ids       []string
@@ -590,8 +591,9 @@ func (a *applier) replay(b batch) {
 }
 
 // decodeAhead is how many decoded events the applier applies at once. A read
-// returns up to Count entries of up to an emitter batch each (64 × 512 events
-// by default): decoded all at once they filled a slice of 32 768 events
+// returns up to Count entries of up to an emitter batch each (64 × 2048
+// events by default): decoded all at once, 64 entries of 512 events (the
+// batch when this was measured) filled a slice of 32 768 events
 // (5.6 MB) before the first was applied, which the applier then read back
 // from memory, and which grew from nothing in some fifteen steps the first
 // time, costing a newly started serve some 100 ms (BENCHMARKS.md, issue 16).

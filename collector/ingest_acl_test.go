@@ -43,7 +43,7 @@ func TestLeastPrivilegeACL(t *testing.T) {
 
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{Watch: []string{"lock:*"}, Logger: logs.logger()})
+	c := startFollower(t, rdb, agg, &Options{Watch: []string{"lock:*"}, Logger: logs.logger()})
 	xaddPacked(t, admin, event.DefaultStream, lockEvents([]string{"app:1", "app:2"}, 10, time.Now()))
 	redistest.WaitFor(t, waitLimit, "events applied", func() bool { return eventsTotal(agg) >= 40 })
 	waitSynced(t, c, 1)

@@ -24,7 +24,7 @@ func TestIngestEndToEndLockLibrary(t *testing.T) {
 	agg, reg := testAgg(t, state.Config{})
 	// Watching the lock keys too: lockscope's own values must not be
 	// counted twice.
-	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Watch: []string{prefix + "job:*"}})
+	c := startFollower(t, rdb, agg, &Options{Stream: stream, Watch: []string{prefix + "job:*"}})
 	waitSynced(t, c, 1)
 
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream})

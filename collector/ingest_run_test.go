@@ -15,7 +15,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	rdb := srv.Client(t)
 	agg, _ := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{Watch: []string{"lock:*"}, ClaimMinIdle: time.Millisecond})
+	c := startFollower(t, rdb, agg, &Options{Watch: []string{"lock:*"}, ClaimMinIdle: time.Millisecond})
 	waitSynced(t, c, 1)
 	redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
 	c.stop(t)

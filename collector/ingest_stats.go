@@ -56,7 +56,7 @@ type gapTracker struct {
 // inspect reads the stream's and groups' state, reports lag, pending and any
 // gap for this collector's group, and returns what it read (si is nil when the
 // stream does not exist).
-func (c *Feeder) inspect(ctx context.Context) (*streamInfo, map[string]groupInfo, error) {
+func (c *Follower) inspect(ctx context.Context) (*streamInfo, map[string]groupInfo, error) {
 	c.gaps.mu.Lock()
 	defer c.gaps.mu.Unlock()
 	si, groups, err := c.streamInfo(ctx)
@@ -139,7 +139,7 @@ func (t *gapTracker) update(gen uint64, s *streamInfo, g groupInfo) (missing, la
 // streamInfo reads XINFO STREAM and XINFO GROUPS in one round trip. The raw
 // replies are parsed here because go-redis maps a null entries-read to 0,
 // which would make every group created mid-stream look like a gap.
-func (c *Feeder) streamInfo(ctx context.Context) (*streamInfo, map[string]groupInfo, error) {
+func (c *Follower) streamInfo(ctx context.Context) (*streamInfo, map[string]groupInfo, error) {
 	pipe := c.rdb.Pipeline()
 	sCmd := pipe.Do(ctx, "XINFO", "STREAM", c.opt.Stream)
 	gCmd := pipe.Do(ctx, "XINFO", "GROUPS", c.opt.Stream)

@@ -39,20 +39,20 @@ func testAgg(t *testing.T, cfg state.Config) (*state.Aggregator, *prometheus.Reg
 	return agg, reg
 }
 
-// running is a Feeder whose Run goroutine the test controls.
+// running is a Follower whose Run goroutine the test controls.
 type running struct {
-	*Feeder
+	*Follower
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-// startFeeder runs a Feeder until stop or the end of the test, and
+// startFollower runs a Follower until stop or the end of the test, and
 // checks that Run returns nil promptly.
-func startFeeder(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *running {
+func startFollower(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{Feeder: New(rdb, agg, opt), cancel: cancel, done: make(chan error, 1)}
+	r := &running{Follower: New(rdb, agg, opt), cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- r.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
@@ -121,7 +121,7 @@ func hasLabel(m *dto.Metric, name, value string) bool {
 	return false
 }
 
-// logBuffer collects a Feeder's log lines.
+// logBuffer collects a Follower's log lines.
 type logBuffer struct{ syncbuf.Buffer }
 
 func (b *logBuffer) logger() *slog.Logger {
@@ -214,7 +214,7 @@ func TestIngestPackedAndSingleEntries(t *testing.T) {
 	xaddSingle(t, rdb, stream, single...)
 
 	agg, reg := testAgg(t, state.Config{})
-	r := startFeeder(t, rdb, agg, &Options{Stream: stream})
+	r := startFollower(t, rdb, agg, &Options{Stream: stream})
 	const total = 620
 	redistest.WaitFor(t, waitLimit, "620 events applied", func() bool { return eventsTotal(agg) >= total })
 	redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
@@ -289,7 +289,7 @@ func TestIngestAppliesLongReadsInPieces(t *testing.T) {
 			if replica {
 				opt.Group = ""
 			}
-			r := startFeeder(t, rdb, agg, opt)
+			r := startFollower(t, rdb, agg, opt)
 			redistest.WaitFor(t, waitLimit, "every event applied", func() bool { return eventsTotal(agg) >= int64(len(evs)) })
 			redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
 			if !replica {
@@ -331,7 +331,7 @@ func TestIngestBackfillNegativeStartsAtEnd(t *testing.T) {
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "old"}, 5, time.Now()))
 
 	agg, _ := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
+	startFollower(t, rdb, agg, &Options{Stream: stream, Backfill: -1})
 	redistest.WaitFor(t, waitLimit, "group created", func() bool {
 		g, err := rdb.XInfoGroups(context.Background(), stream).Result()
 		return err == nil && len(g) == 1
@@ -368,7 +368,7 @@ func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
 
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
-	r := startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
+	r := startFollower(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Logger: logs.logger()})
 	redistest.WaitFor(t, waitLimit, "good events applied", func() bool { return eventsTotal(agg) >= goodEvents })
 	redistest.WaitFor(t, waitLimit, "malformed entries counted", func() bool { return agg.Overview().Malformed >= bad })
 	redistest.WaitFor(t, waitLimit, "all entries acknowledged", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -438,7 +438,7 @@ func TestIngestReplacementClaimsDeadConsumer(t *testing.T) {
 			const total = 10 * 80
 
 			agg, reg := testAgg(t, state.Config{})
-			startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
+			startFollower(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: consumer, ClaimMinIdle: 20 * time.Millisecond})
 			redistest.WaitFor(t, waitLimit, "every event applied", func() bool { return eventsTotal(agg) >= total })
 			// Once nothing is pending, nothing can be delivered again.
 			redistest.WaitFor(t, waitLimit, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -462,7 +462,7 @@ func TestIngestRedisRestartRecovers(t *testing.T) {
 		xaddPacked(t, rdb, stream, lockEvents(keys, 10, time.Now())) // 100 events
 	}
 	agg, _ := testAgg(t, state.Config{})
-	r := startFeeder(t, rdb, agg, &Options{Stream: stream})
+	r := startFollower(t, rdb, agg, &Options{Stream: stream})
 	redistest.WaitFor(t, waitLimit, "300 events applied", func() bool { return eventsTotal(agg) >= 300 })
 	redistest.WaitFor(t, waitLimit, "ready", func() bool { return agg.Health() == nil })
 
@@ -510,7 +510,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 		xaddSingle(t, rdb, stream, ev(i))
 	}
 	first, _ := testAgg(t, state.Config{})
-	r := startFeeder(t, rdb, first, &Options{Stream: stream})
+	r := startFollower(t, rdb, first, &Options{Stream: stream})
 	redistest.WaitFor(t, waitLimit, "first collector read 5", func() bool { return eventsTotal(first) == 5 })
 	// The 5 are applied by the start-up replay, before the group exists:
 	// stop only once the group records what was read.
@@ -533,7 +533,7 @@ func TestIngestStreamTrimmedUnderLaggingGroup(t *testing.T) {
 
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
+	startFollower(t, rdb, agg, &Options{Stream: stream, Logger: logs.logger()})
 	redistest.WaitFor(t, waitLimit, "3 events after the gap applied", func() bool { return eventsTotal(agg) >= 3 })
 	redistest.WaitFor(t, waitLimit, "gap reported", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") > 0 })
 	if got := metric(t, reg, "lockscope_stream_gap_entries_total"); got != 10 {
@@ -573,7 +573,7 @@ func TestIngestPendingEntriesTrimmedAreAGap(t *testing.T) {
 	xaddPacked(t, rdb, stream, lockEvents([]string{prefix + "b"}, 1, time.Now()))
 
 	agg, reg := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
+	startFollower(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, ClaimMinIdle: time.Millisecond})
 	redistest.WaitFor(t, waitLimit, "gap of the dead consumer's trimmed entries", func() bool { return metric(t, reg, "lockscope_stream_gap_entries_total") >= 4 })
 	redistest.WaitFor(t, waitLimit, "new entry applied", func() bool { return eventsTotal(agg) >= 2 })
 	redistest.WaitFor(t, waitLimit, "nothing pending", func() bool { return pendingCount(t, rdb, stream, DefaultGroup) == 0 })
@@ -646,7 +646,7 @@ func TestIngestClaimNeverReappliesOwnEntries(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, _ := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Count: 1, ClaimMinIdle: time.Millisecond})
+	startFollower(t, rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Count: 1, ClaimMinIdle: time.Millisecond})
 	// Entries big enough that the applier is the bottleneck: one is
 	// always in flight when the claim runs.
 	keys := keyList(prefix, 50)

@@ -32,7 +32,7 @@ const presenceStopped = "stopped"
 // PresenceKey is the key a live replica of stream keeps fresh.
 func PresenceKey(stream, replica string) string { return stream + ":replica:" + replica }
 
-func (c *Feeder) presenceValue() string {
+func (c *Follower) presenceValue() string {
 	return c.instance + "|" + strconv.FormatInt(time.Now().UnixMilli(), 10)
 }
 
@@ -45,7 +45,7 @@ func parsePresence(v string) (instance string, at time.Time, ok bool) {
 // claimPresence takes the replica's presence key, waiting out a dead
 // predecessor's; it returns when the predecessor was last alive (zero if
 // unknown).
-func (c *Feeder) claimPresence(ctx context.Context) (time.Time, error) {
+func (c *Follower) claimPresence(ctx context.Context) (time.Time, error) {
 	key := PresenceKey(c.opt.Stream, c.opt.Replica)
 	give := time.Now().Add(presenceStale + presenceEvery)
 	for {
@@ -81,7 +81,7 @@ func (c *Feeder) claimPresence(ctx context.Context) (time.Time, error) {
 
 // keepPresence refreshes the presence key until ctx ends, and once more on
 // the way out (the time a graceful stop stopped counting).
-func (c *Feeder) keepPresence(ctx context.Context) {
+func (c *Follower) keepPresence(ctx context.Context) {
 	key := PresenceKey(c.opt.Stream, c.opt.Replica)
 	warned := false
 	refresh := func(ctx context.Context) {

@@ -15,7 +15,7 @@ import (
 // serve that has read nothing yet asks for no more than 2 entries of the
 // largest size a packed entry may have.
 func TestReadCountFollowsEntrySize(t *testing.T) {
-	c := &Feeder{opt: Options{Count: 64}}
+	c := &Follower{opt: Options{Count: 64}}
 	if got, want := c.count(), readBudget/event.MaxBatchBytes; got != want {
 		t.Fatalf("count before any read = %d, want %d", got, want)
 	}

@@ -34,7 +34,7 @@ const ReplicaGroupPrefix = "lockscope:replica:"
 
 // isReplayed reports whether the rebuild at start is done (always, with a
 // shared group).
-func (c *Feeder) isReplayed() bool {
+func (c *Follower) isReplayed() bool {
 	select {
 	case <-c.replayed:
 		return true
@@ -45,7 +45,7 @@ func (c *Feeder) isReplayed() bool {
 
 // rebuild restores the state at start (see above) and leaves the replica's
 // group positioned after the replayed entries.
-func (c *Feeder) rebuild(ctx context.Context, out chan<- batch) error {
+func (c *Follower) rebuild(ctx context.Context, out chan<- batch) error {
 	si, groups, err := c.streamInfo(ctx)
 	if err != nil {
 		return err
@@ -159,7 +159,7 @@ func (c *Feeder) rebuild(ctx context.Context, out chan<- batch) error {
 
 // reportTrimmedWhileDown counts the entries trimmed from the stream after the
 // previous incarnation's last read and before any replica read them.
-func (c *Feeder) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
+func (c *Follower) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
 	if si == nil || !si.hasCounters || !g.entriesReadValid || g.lastDelivered == si.lastGenerated ||
 		si.firstID != "" && !idLess(g.lastDelivered, si.firstID) {
 		return
@@ -171,7 +171,7 @@ func (c *Feeder) reportTrimmedWhileDown(si *streamInfo, g groupInfo) {
 	}
 }
 
-func (c *Feeder) serverTime(ctx context.Context) (time.Time, error) {
+func (c *Follower) serverTime(ctx context.Context) (time.Time, error) {
 	now, err := c.rdb.Time(ctx).Result()
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
@@ -182,7 +182,7 @@ func (c *Feeder) serverTime(ctx context.Context) (time.Time, error) {
 
 // replayRange hands the entries in (start, end] to the applier as replay
 // batches; those up to counted are muted. It returns the entries read.
-func (c *Feeder) replayRange(ctx context.Context, out chan<- batch, start time.Time, end, counted string) (int, error) {
+func (c *Follower) replayRange(ctx context.Context, out chan<- batch, start time.Time, end, counted string) (int, error) {
 	if end == "0" || end == "" {
 		return 0, nil
 	}

@@ -23,7 +23,7 @@ func startReplica(t *testing.T, rdb redis.UniversalClient, agg *state.Aggregator
 	ctx, cancel := context.WithCancel(context.Background())
 	c := New(rdb, agg, &Options{Stream: stream, Replica: replica, Backfill: 1500 * time.Millisecond})
 	c.ckptEvery, c.ckptMinAge = 100*time.Millisecond, 300*time.Millisecond
-	r := &running{Feeder: c, cancel: cancel, done: make(chan error, 1)}
+	r := &running{Follower: c, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- r.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r

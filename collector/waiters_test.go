@@ -23,7 +23,7 @@ func TestWaitersLive(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, reg := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "w"})
+	startFollower(t, rdb, agg, &Options{Stream: stream, Replica: "w"})
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 	t.Cleanup(func() { em.Close(ctx) })
 	key := prefix + "inventory:1"
@@ -87,7 +87,7 @@ func TestDeadlockDetected(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
 	agg, reg := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "d"})
+	startFollower(t, rdb, agg, &Options{Stream: stream, Replica: "d"})
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 	t.Cleanup(func() { em.Close(ctx) })
 	x, y := prefix+"x", prefix+"y"

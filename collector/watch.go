@@ -48,7 +48,7 @@ const (
 // watch follows keyspace notifications until ctx is done: the expiry
 // confirmations on every node, and the passive watch while this replica
 // holds the watcher lease.
-func (c *Feeder) watch(ctx context.Context) {
+func (c *Follower) watch(ctx context.Context) {
 	var nodes []watchNode
 	var bo backoff
 	for {
@@ -103,7 +103,7 @@ func (n watchNode) spacePrefix() string { return "__keyspace@" + strconv.Itoa(n.
 
 // watchNodes lists the nodes whose notifications must be followed: every
 // master of a cluster (notifications are node-local), else the client itself.
-func (c *Feeder) watchNodes(ctx context.Context) ([]watchNode, error) {
+func (c *Follower) watchNodes(ctx context.Context) ([]watchNode, error) {
 	switch r := c.rdb.(type) {
 	case *redis.ClusterClient:
 		var mu sync.Mutex
@@ -129,7 +129,7 @@ func (c *Feeder) watchNodes(ctx context.Context) ([]watchNode, error) {
 // expiration of a key the library holds is confirmed at once. Other
 // libraries' locks are left to the passive watch, whose expired events
 // travel through the stream.
-func (c *Feeder) confirmExpiries(ctx context.Context, n watchNode) {
+func (c *Follower) confirmExpiries(ctx context.Context, n watchNode) {
 	c.follow(ctx, n.rdb, []string{n.expiredChan()}, func(ctx context.Context, first bool) {
 		// A restarted Redis forgot what CONFIG SET changed.
 		n.cfg.apply(ctx)
@@ -142,7 +142,7 @@ func (c *Feeder) confirmExpiries(ctx context.Context, n watchNode) {
 }
 
 // watched reports whether key matches one of the Watch patterns.
-func (c *Feeder) watched(key string) bool {
+func (c *Follower) watched(key string) bool {
 	for _, r := range c.rules {
 		if class.Match(r.pattern, key) {
 			return true
@@ -152,7 +152,7 @@ func (c *Feeder) watched(key string) bool {
 }
 
 // watchList lists the Watch patterns for the logs.
-func (c *Feeder) watchList() string {
+func (c *Follower) watchList() string {
 	var ps []string
 	for _, r := range c.rules {
 		ps = append(ps, r.pattern)
@@ -164,7 +164,7 @@ func (c *Feeder) watchList() string {
 // handle until ctx is done, reconnecting after a failure. After every
 // complete (re)subscription it calls subscribed, first true the first time:
 // notifications were missed while the subscription was down.
-func (c *Feeder) follow(ctx context.Context, rdb redis.UniversalClient, channels []string,
+func (c *Follower) follow(ctx context.Context, rdb redis.UniversalClient, channels []string,
 	subscribed func(ctx context.Context, first bool), handle func(context.Context, *redis.Message)) {
 	ps := rdb.PSubscribe(ctx, channels...)
 	defer ps.Close()
@@ -237,7 +237,7 @@ func probeNotifications(ctx context.Context, rdb redis.UniversalClient) (bool, e
 // notify-keyspace-events.
 type notifyConfig struct {
 	mu           sync.Mutex
-	c            *Feeder
+	c            *Follower
 	rdb          redis.UniversalClient
 	need         string
 	what         string // what the flags are for, in the refusal's log line

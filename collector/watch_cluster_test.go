@@ -18,7 +18,7 @@ func TestWatchClusterFollowsEveryMaster(t *testing.T) {
 	rdb := cl.Client(t)
 	ctx := context.Background()
 	agg, reg := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{Watch: []string{"lock:*"}})
+	c := startFollower(t, rdb, agg, &Options{Watch: []string{"lock:*"}})
 	xaddPacked(t, rdb, event.DefaultStream, lockEvents([]string{"app:1"}, 10, time.Now()))
 	waitSynced(t, c, 3)
 

@@ -26,7 +26,7 @@ func TestWatchRedissonHandOffBetweenWaiters(t *testing.T) {
 	ctx := context.Background()
 	agg, reg := testAgg(t, state.Config{})
 	stream := "lockscope:events"
-	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "handoff", Watch: []string{"ho:*"}})
+	c := startFollower(t, rdb, agg, &Options{Stream: stream, Replica: "handoff", Watch: []string{"ho:*"}})
 	waitSynced(t, c, 1)
 	const key = "ho:report"
 	const a, b, cc = "0a6a8f0e-4f6e-4c1b-9d2a-4f0e1c2b3a4d:1", "1b7b9f1f-5a7f-4d2c-8e3b-5a1f2d3c4b5e:2", "2c8ca020-6b80-4e3d-9f4c-6b20e4d5c6f7:3"

@@ -64,7 +64,7 @@ func watcherFenceKey(stream string) string {
 
 // lead competes for the watcher lease until ctx is done, and watches while
 // it holds it.
-func (c *Feeder) lead(ctx context.Context, nodes []watchNode) {
+func (c *Follower) lead(ctx context.Context, nodes []watchNode) {
 	lc := lock.New(c.rdb, &lock.Options{Owner: "lockscope/" + c.opt.Replica})
 	key := WatcherKey(c.opt.Stream)
 	opt := &lock.ObtainOptions{Fencing: true, Retry: lock.LinearBackoff(leaseRetry)}
@@ -99,7 +99,7 @@ func (c *Feeder) lead(ctx context.Context, nodes []watchNode) {
 
 // holdWatch watches every node for one term of the lease: until ctx (the
 // lease's) ends, or the fence is refused.
-func (c *Feeder) holdWatch(ctx context.Context, nodes []watchNode, fence int64) {
+func (c *Follower) holdWatch(ctx context.Context, nodes []watchNode, fence int64) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out := newPassiveWriter(c, fence, cancel)
@@ -128,7 +128,7 @@ func (c *Feeder) holdWatch(ctx context.Context, nodes []watchNode, fence int64) 
 // catchUp waits (at most catchUpWait) until the stream's entries written so
 // far are applied: the comparison of a new term starts from the previous
 // holder's last word.
-func (c *Feeder) catchUp(ctx context.Context) {
+func (c *Follower) catchUp(ctx context.Context) {
 	if !c.replica {
 		return // a shared group delivers other entries to other collectors
 	}
@@ -150,7 +150,7 @@ func (c *Feeder) catchUp(ctx context.Context) {
 
 // term is one holding of the watcher lease.
 type term struct {
-	c   *Feeder
+	c   *Follower
 	out *passiveWriter
 
 	mu     sync.Mutex

@@ -44,7 +44,7 @@ func TestWatchNamesHoldersByLibrary(t *testing.T) {
 	rdb := srv.Client(t)
 	ctx := context.Background()
 	agg, _ := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{Stream: "lockscope:events", Replica: "names", Watch: []string{"rl:*", "rs:*", "nr:*", "*"}})
+	c := startFollower(t, rdb, agg, &Options{Stream: "lockscope:events", Replica: "names", Watch: []string{"rl:*", "rs:*", "nr:*", "*"}})
 	waitSynced(t, c, 1)
 
 	const n = 60

@@ -38,7 +38,7 @@ const renewSlack = 5 * time.Millisecond // PTTL is in whole milliseconds
 const seedSlack = 250 * time.Millisecond
 
 type passiveWatcher struct {
-	c    *Feeder
+	c    *Follower
 	t    *term
 	node watchNode
 
@@ -62,7 +62,7 @@ type passiveHold struct {
 	mode     string // a Redisson read-write lock's mode
 }
 
-func newPassiveWatcher(c *Feeder, t *term, n watchNode) *passiveWatcher {
+func newPassiveWatcher(c *Follower, t *term, n watchNode) *passiveWatcher {
 	w := &passiveWatcher{
 		c:           c,
 		t:           t,
@@ -349,7 +349,7 @@ func (w *passiveWatcher) emit(e event.Event) { w.t.out.add(e) }
 // internalKey reports whether key is one of lockscope's own keys (the
 // stream, its checkpoint, presence and watcher keys, the fence counters):
 // never a lock, whatever a wide watch pattern matches.
-func (c *Feeder) internalKey(key string) bool {
+func (c *Follower) internalKey(key string) bool {
 	return key == c.opt.Stream || strings.HasPrefix(key, c.opt.Stream+":") || strings.HasPrefix(key, lock.FencePrefix)
 }
 

@@ -30,11 +30,11 @@ func TestWatchRedissonLocksOfNodeRedisson(t *testing.T) {
 	ctx := context.Background()
 	agg, reg := testAgg(t, state.Config{})
 	stream := "lockscope:events"
-	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "rdz", Watch: []string{"rdz:*"}})
+	c := startFollower(t, rdb, agg, &Options{Stream: stream, Replica: "rdz", Watch: []string{"rdz:*"}})
 	waitSynced(t, c, 1)
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 	defer em.Close(ctx)
-	rel := redisson.NewReleaser(lock.New(rdb, nil), rdb, em)
+	rel := redisson.NewAnyLockClient(lock.New(rdb, nil), rdb, em)
 
 	const key, watchdog = "rdz:invoice", 6 * time.Second
 	holderName := func() string {
@@ -162,11 +162,11 @@ func TestWatchRedissonJavaLayouts(t *testing.T) {
 	ctx := context.Background()
 	agg, reg := testAgg(t, state.Config{})
 	stream := "lockscope:events"
-	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "java", Watch: []string{"jr:*"}})
+	c := startFollower(t, rdb, agg, &Options{Stream: stream, Replica: "java", Watch: []string{"jr:*"}})
 	waitSynced(t, c, 1)
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 	defer em.Close(ctx)
-	rel := redisson.NewReleaser(lock.New(rdb, nil), rdb, em)
+	rel := redisson.NewAnyLockClient(lock.New(rdb, nil), rdb, em)
 
 	const fair = "jr:fair"
 	fairKeys := []string{fair, redisson.QueueKey(fair), redisson.TimeoutKey(fair)}

@@ -48,7 +48,7 @@ func TestWatchPassiveLocksOfOtherLibraries(t *testing.T) {
 	}
 
 	agg, reg := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{
+	c := startFollower(t, rdb, agg, &Options{
 		Stream: prefix + "events",
 		// Overlapping on purpose; SETNX locks of old clients hold a
 		// host name, taken for a lock by the "=ttl" rule.
@@ -184,7 +184,7 @@ func TestWatchWithoutNotificationsSaysWhatToConfigure(t *testing.T) {
 	agg, reg := testAgg(t, state.Config{Now: clock.Now, ExpiryGrace: time.Second})
 	prefix := redistest.KeyPrefix(t)
 	stream := prefix + "events"
-	c := startFeeder(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
+	c := startFollower(t, rdb, agg, &Options{Stream: stream, Watch: []string{"lock:*"}, Logger: logs.logger(), Now: clock.Now})
 	waitSynced(t, c, 1)
 
 	lines := logs.lines("cannot read or set notify-keyspace-events")
@@ -213,7 +213,7 @@ func TestWatchEnablesNotificationsAndKeepsExistingFlags(t *testing.T) {
 	ctx := context.Background()
 	var logs logBuffer
 	agg, _ := testAgg(t, state.Config{})
-	c := startFeeder(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
+	c := startFollower(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
 	waitSynced(t, c, 1)
 
 	flags := func() string {
@@ -266,7 +266,7 @@ func TestWatchMiniredisHasNoNotifications(t *testing.T) {
 
 	var logs logBuffer
 	agg, _ := testAgg(t, state.Config{})
-	startFeeder(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
+	startFollower(t, rdb, agg, &Options{Stream: "events", Watch: []string{"lock:*"}, Logger: logs.logger()})
 	redistest.WaitFor(t, waitLimit, "events applied from miniredis", func() bool { return eventsTotal(agg) >= 40 })
 	redistest.WaitFor(t, waitLimit, "log about missing notifications", func() bool { return len(logs.lines("sends no keyspace notifications")) == 1 })
 	xaddPacked(t, rdb, "events", lockEvents([]string{"c"}, 5, time.Now()))
@@ -322,7 +322,7 @@ func TestWatchWidePatternTakesNoPlainKeyForALock(t *testing.T) {
 			ctx := context.Background()
 			stream := "lockscope:events"
 			agg, _ := testAgg(t, state.Config{StuckAfter: time.Second})
-			c := startFeeder(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{tc.watch}, WatchNoTTL: tc.noTTL})
+			c := startFollower(t, rdb, agg, &Options{Stream: stream, Replica: "w", Watch: []string{tc.watch}, WatchNoTTL: tc.noTTL})
 			waitSynced(t, c, 1)
 			em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, FlushInterval: 10 * time.Millisecond})
 			defer em.Close(ctx)

@@ -37,7 +37,7 @@ var errFenced = errors.New("collector: a newer watcher holds the lease")
 
 // passiveWriter appends one term's passive events to the stream.
 type passiveWriter struct {
-	c        *Feeder
+	c        *Follower
 	fence    string
 	keys     []string
 	resign   context.CancelFunc // ends the term when the fence is refused
@@ -50,7 +50,7 @@ type passiveWriter struct {
 	ret      *event.Retention // the stream's age rule (passiveMaxAge)
 }
 
-func newPassiveWriter(c *Feeder, fence int64, resign context.CancelFunc) *passiveWriter {
+func newPassiveWriter(c *Follower, fence int64, resign context.CancelFunc) *passiveWriter {
 	return &passiveWriter{
 		c:      c,
 		fence:  strconv.FormatInt(fence, 10),

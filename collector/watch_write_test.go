@@ -23,7 +23,7 @@ func TestPassiveWriterTrimsByAge(t *testing.T) {
 	stream := redistest.KeyPrefix(t) + "events"
 	redistest.AddAged(t, rdb, stream, 2*passiveMaxAge, 300, "old")
 	redistest.AddAged(t, rdb, stream, passiveMaxAge/2, 300, "recent")
-	f := &Feeder{rdb: rdb, opt: Options{Stream: stream}, log: slog.New(slog.DiscardHandler)}
+	f := &Follower{rdb: rdb, opt: Options{Stream: stream}, log: slog.New(slog.DiscardHandler)}
 	p := newPassiveWriter(f, 7, func() { t.Error("the writer resigned: fenced") })
 	if err := p.claim(ctx); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestPassiveWriterDistrustsFutureIDs(t *testing.T) {
 		if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: stream, ID: future, Values: []any{"other", "future"}}).Err(); err != nil {
 			t.Fatal(err)
 		}
-		f := &Feeder{rdb: rdb, opt: Options{Stream: stream}, log: slog.New(slog.DiscardHandler)}
+		f := &Follower{rdb: rdb, opt: Options{Stream: stream}, log: slog.New(slog.DiscardHandler)}
 		p := newPassiveWriter(f, 7, func() { t.Error("the writer resigned: fenced") })
 		if err := p.claim(ctx); err != nil {
 			t.Fatal(err)

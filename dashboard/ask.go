@@ -28,7 +28,7 @@ import (
 // or reported as unheard here, never shown as asked.
 
 // Asker asks holders to release; *lock.Client implements it, and so does
-// the Redisson-aware releaser the binary passes as the Releaser. The
+// the Redisson-aware redisson.AnyLockClient the binary passes as the Releaser. The
 // dashboard offers asking when its Releaser is one.
 type Asker interface {
 	// Listeners returns how many connections listen for h's release

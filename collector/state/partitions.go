@@ -6,9 +6,9 @@ import (
 	"sync"
 )
 
-// A collector of --partitions N runs one feeder per partition stream into
+// A collector of --partitions N runs one follower per partition stream into
 // one state. Each reports its own ingest health and its group's lag and
-// pending entries; the state keeps them per partition, so that no feeder's
+// pending entries; the state keeps them per partition, so that no follower's
 // report overwrites another's (the last to report won, and the lag alert
 // read one partition at a time): Health is nil only while every partition
 // reads, and the exported lag and pending are the sums over the
@@ -39,7 +39,7 @@ func (p *partitions) get(i int) *partitionState {
 // (partition 0): see SetPartitionHealth.
 func (a *Aggregator) SetHealth(err error) { a.SetPartitionHealth(0, err) }
 
-// SetPartitionHealth records the ingest state of partition i's feeder:
+// SetPartitionHealth records the ingest state of partition i's follower:
 // nil while its consumer group reads.
 func (a *Aggregator) SetPartitionHealth(i int, err error) {
 	a.parts.mu.Lock()

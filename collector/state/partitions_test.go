@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestPartitionsReportEachTheirOwn: with two partitions' feeders in one
+// TestPartitionsReportEachTheirOwn: with two partitions' followers in one
 // state, one partition's report never overwrites the other's: Health stays
 // failing while partition 1 fails, whatever partition 0 reports, and names
 // it; lag and pending are the sums over the partitions, whichever reported

@@ -13,7 +13,7 @@ import (
 // Listeners returns how many connections listen for h's release requests:
 // lock.Client.Listeners's answer, and 0 for a Redisson lock (a foreign
 // holder: Redisson has no channel for such a request).
-func (r *Releaser) Listeners(ctx context.Context, h *lock.Holder) (int64, error) {
+func (r *AnyLockClient) Listeners(ctx context.Context, h *lock.Holder) (int64, error) {
 	return r.lc.Listeners(ctx, h)
 }
 
@@ -21,7 +21,7 @@ func (r *Releaser) Listeners(ctx context.Context, h *lock.Holder) (int64, error)
 // Redisson lock's holder cannot hear a request: it is answered
 // lock.ErrCannotHear (or lock.ErrOwnerChanged when its fingerprint is no
 // longer the one quoted), and nothing is sent.
-func (r *Releaser) RequestRelease(ctx context.Context, key, fingerprint string, req lock.ReleaseRequest) (*lock.Holder, int64, error) {
+func (r *AnyLockClient) RequestRelease(ctx context.Context, key, fingerprint string, req lock.ReleaseRequest) (*lock.Holder, int64, error) {
 	h, n, err := r.lc.RequestRelease(ctx, key, fingerprint, req)
 	if !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return h, n, err

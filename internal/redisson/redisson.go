@@ -15,7 +15,7 @@
 // in ":write"), and publishes on "redisson_rwlock:{key}". Java's client id
 // is a UUID and its thread a number; node-redisson's thread is a UUID too.
 //
-// Parse tells such a hash from any other; Releaser inspects and
+// Parse tells such a hash from any other; AnyLockClient inspects and
 // force-releases it as lock.Client does a string lock: only the holder the
 // operator saw (the hash's content is its fingerprint), and with the message
 // Redisson's own unlock publishes, so that queued Redisson callers wake up.

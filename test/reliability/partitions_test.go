@@ -15,7 +15,7 @@ import (
 // entries pending on partition 0 and 5 on partition 1 (delivered to
 // another consumer that never acknowledges them), exports
 // lockscope_stream_pending_entries 8, the sum (before, each partition's
-// feeder set the one gauge and the last to report won: 3 or 5, never 8).
+// follower set the one gauge and the last to report won: 3 or 5, never 8).
 func TestPartitionsSumTheirPending(t *testing.T) {
 	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})

@@ -40,7 +40,7 @@ release the lock), printed only with --reveal.`,
 				}
 				defer rdb.Close()
 				key := args[0]
-				h, err := redisson.NewReleaser(lock.New(rdb, nil), rdb, nil).Inspect(ctx, key)
+				h, err := redisson.NewAnyLockClient(lock.New(rdb, nil), rdb, nil).Inspect(ctx, key)
 				if errors.Is(err, lock.ErrNotHeld) {
 					return fmt.Errorf("%s is not held", keytext.Terminal(key, 200))
 				}

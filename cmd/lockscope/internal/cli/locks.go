@@ -138,7 +138,7 @@ type lockList struct {
 // owner are listed (and limit counts those). Inspections run a few at a
 // time: each is one script call.
 func listLocks(ctx context.Context, rdb redis.UniversalClient, pattern string, limit int, stream string, noTTL bool, owner string) (lockList, error) {
-	lc := redisson.NewReleaser(lock.New(rdb, nil), rdb, nil)
+	lc := redisson.NewAnyLockClient(lock.New(rdb, nil), rdb, nil)
 	var (
 		mu        sync.Mutex
 		holders   []*lock.Holder

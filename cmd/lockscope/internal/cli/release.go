@@ -127,7 +127,7 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 		defer cancel()
 		em.Close(cctx)
 	}()
-	lc := redisson.NewReleaser(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
+	lc := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
 	h, err := lc.Inspect(ctx, key)
 	if errors.Is(err, lock.ErrNotHeld) {
 		return fmt.Errorf("%s is not held; nothing to release", keytext.Terminal(key, 200))

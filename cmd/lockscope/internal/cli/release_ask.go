@@ -25,8 +25,8 @@ import (
 // lock, a lockscope holder that does not listen) is said to be so at once,
 // without waiting.
 
-// The dashboard offers asking through the same releaser.
-var _ dashboard.Asker = (*redisson.Releaser)(nil)
+// The dashboard offers asking through the same redisson.AnyLockClient.
+var _ dashboard.Asker = (*redisson.AnyLockClient)(nil)
 
 // DefaultGrace is how long release --ask waits for the holder by default.
 const DefaultGrace = 30 * time.Second
@@ -42,7 +42,7 @@ func releaseAsk(ctx context.Context, env *Env, rdb redis.UniversalClient, stream
 		defer cancel()
 		em.Close(cctx)
 	}()
-	lc := redisson.NewReleaser(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
+	lc := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
 	h, err := lc.Inspect(ctx, key)
 	if errors.Is(err, lock.ErrNotHeld) {
 		return fmt.Errorf("%s is not held; nobody to ask", keytext.Terminal(key, 200))
@@ -111,7 +111,7 @@ func releaseAsk(ctx context.Context, env *Env, rdb redis.UniversalClient, stream
 // waitReleased reads key every askPoll until it no longer holds the value
 // of fingerprint or grace has passed: nil when it is free, else its holder
 // then (the same one when grace passed).
-func waitReleased(ctx context.Context, lc *redisson.Releaser, key, fingerprint string, grace time.Duration) (*lock.Holder, error) {
+func waitReleased(ctx context.Context, lc *redisson.AnyLockClient, key, fingerprint string, grace time.Duration) (*lock.Holder, error) {
 	wctx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
 	t := time.NewTicker(askPoll)

@@ -80,7 +80,7 @@ func releaseOwner(ctx context.Context, env *Env, rdb redis.UniversalClient, stre
 		defer cancel()
 		em.Close(cctx)
 	}()
-	lc := redisson.NewReleaser(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
+	lc := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
 	var counts [outError + 1]int
 	for _, h := range found.holders {
 		out, line := releaseListed(ctx, lc, h, by, reason, anyHolder)
@@ -112,7 +112,7 @@ func releaseOwner(ctx context.Context, env *Env, rdb redis.UniversalClient, stre
 
 // releaseListed force-releases h.Key if its value still has h's
 // fingerprint, and says what happened in one line.
-func releaseListed(ctx context.Context, lc *redisson.Releaser, h *lock.Holder, by, reason string, anyHolder bool) (ownerOutcome, string) {
+func releaseListed(ctx context.Context, lc *redisson.AnyLockClient, h *lock.Holder, by, reason string, anyHolder bool) (ownerOutcome, string) {
 	key := keytext.Terminal(h.Key, 200)
 	fp := h.Fingerprint
 	if h.NeedsAnyHolder() {

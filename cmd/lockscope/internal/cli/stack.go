@@ -132,7 +132,7 @@ type stack struct {
 	log  *slog.Logger
 	rdb  redis.UniversalClient
 	agg  *state.Aggregator
-	cols []*collector.Feeder // one per partition stream
+	cols []*collector.Follower // one per partition stream
 	// incidents writes the incident history the state derives
 	incidents *collector.IncidentStore
 	// lockOrder writes the lock-order graph the state derives, and reads it at start
@@ -201,7 +201,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	// first one also follows keyspace notifications.
 	parts := max(cfg.partitions, 1)
 	streams := event.Streams(cfg.stream, parts)
-	cols := make([]*collector.Feeder, len(streams))
+	cols := make([]*collector.Follower, len(streams))
 	for i, st := range streams {
 		opt := &collector.Options{
 			Stream:     st,
@@ -226,7 +226,7 @@ func newStack(log *slog.Logger, rdb redis.UniversalClient, cfg stackConfig) (*st
 	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: cfg.stream, Partitions: cfg.partitions, Owner: "lockscope-dashboard", Logger: log})
 	// String locks are lock.Client's; Redisson's hash locks are read and
 	// released by internal/redisson, their forced releases recorded alike.
-	rel := redisson.NewReleaser(lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em}), rdb, em)
+	rel := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Owner: "lockscope-dashboard", Recorder: em}), rdb, em)
 	var tokens map[string]string
 	if cfg.http.tokensFile != "" {
 		if tokens, err = readTokens(cfg.http.tokensFile); err != nil {

@@ -33,7 +33,7 @@ const (
 	statsEvery = time.Second
 )
 
-// Options configures a Feeder. The zero value of every field is usable and
+// Options configures a Follower. The zero value of every field is usable and
 // documented.
 type Options struct {
 	// Stream is the stream key events are read from. "" means
@@ -63,7 +63,8 @@ type Options struct {
 	// unacknowledged entries.
 	Consumer string
 	// Count is the number of entries asked for per XREADGROUP. 0 means 64;
-	// an entry written by the Go emitter packs up to ~512 events.
+	// an entry written by the Go emitter packs up to
+	// lock.EmitterOptions.BatchSize events (2048 by default).
 	Count int
 	// Block is how long one XREADGROUP waits for new entries. 0 means
 	// 500ms. New entries are delivered the moment they are written whatever
@@ -141,10 +142,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Feeder feeds the aggregation state from Redis: the event stream through a
+// Follower feeds the aggregation state from Redis: the event stream through a
 // consumer group, "expired" keyspace notifications, and the passive watch of
 // other libraries' locks.
-type Feeder struct {
+type Follower struct {
 	rdb   redis.UniversalClient
 	agg   *state.Aggregator
 	opt   Options
@@ -182,15 +183,15 @@ type Feeder struct {
 	synced   atomic.Int64  // watcher (re)subscriptions completed with their rescan
 }
 
-// New returns a Feeder reading from rdb into agg. opt may be nil.
-func New(rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *Feeder {
+// New returns a Follower reading from rdb into agg. opt may be nil.
+func New(rdb redis.UniversalClient, agg *state.Aggregator, opt *Options) *Follower {
 	var o Options
 	if opt != nil {
 		o = *opt
 	}
 	replica := o.Group == ""
 	o = o.withDefaults()
-	c := &Feeder{
+	c := &Follower{
 		rdb:   rdb,
 		agg:   agg,
 		opt:   o,
@@ -221,7 +222,7 @@ var (
 // Run ingests until ctx is cancelled, then acknowledges what it applied and
 // returns nil. Redis errors never end Run: it reports them through the
 // Aggregator's health, keeps the last state and reconnects with backoff.
-func (c *Feeder) Run(ctx context.Context) error {
+func (c *Follower) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("collector: Run called while already running")
 	}
@@ -248,7 +249,7 @@ func (c *Feeder) Run(ctx context.Context) error {
 		}
 	}
 	// One tick for the state, however many partitions feed it: the
-	// first partition's feeder ticks.
+	// first partition's follower ticks.
 	if c.opt.Partition == 0 {
 		spawn(afterReplay(func(ctx context.Context) { every(ctx, tickEvery, c.agg.Tick) }))
 	}

@@ -19,20 +19,20 @@ var forceLua string
 
 var forceScript = redis.NewScript(forceLua)
 
-// Releaser inspects and force-releases locks as lock.Client does, and
+// AnyLockClient inspects and force-releases locks as lock.Client does, and
 // Redisson's hash locks too: what the dashboard and the operator command
 // line use.
-type Releaser struct {
+type AnyLockClient struct {
 	lc  *lock.Client
 	rdb redis.UniversalClient
 	rec lock.Recorder // where forced releases of Redisson locks are recorded; nil: nowhere
 }
 
-// NewReleaser returns a Releaser for rdb: string locks go to lc, Redisson
+// NewAnyLockClient returns an AnyLockClient for rdb: string locks go to lc, Redisson
 // locks are read and released here, their forced releases recorded in rec
 // (nil: none), as lc records those of string locks.
-func NewReleaser(lc *lock.Client, rdb redis.UniversalClient, rec lock.Recorder) *Releaser {
-	return &Releaser{lc: lc, rdb: rdb, rec: rec}
+func NewAnyLockClient(lc *lock.Client, rdb redis.UniversalClient, rec lock.Recorder) *AnyLockClient {
+	return &AnyLockClient{lc: lc, rdb: rdb, rec: rec}
 }
 
 // Inspect returns key's holder: lock.Client.Inspect's for a string, or
@@ -42,7 +42,7 @@ func NewReleaser(lc *lock.Client, rdb redis.UniversalClient, rec lock.Recorder) 
 // the same thread's next hold writes the same content, so the hash is
 // Ambiguous and only its expiry tells a successor apart. Any other hash is
 // no lock (lock.ErrNotHeld).
-func (r *Releaser) Inspect(ctx context.Context, key string) (*lock.Holder, error) {
+func (r *AnyLockClient) Inspect(ctx context.Context, key string) (*lock.Holder, error) {
 	h, err := r.lc.Inspect(ctx, key)
 	if !redis.HasErrorPrefix(err, "WRONGTYPE") {
 		return h, err
@@ -54,7 +54,7 @@ func (r *Releaser) Inspect(ctx context.Context, key string) (*lock.Holder, error
 // readHash reads key's hash as a Redisson lock: its holder and content's
 // fingerprint (without the expiry), or lock.ErrNotHeld for a hash that is
 // no lock (or no hash).
-func (r *Releaser) readHash(ctx context.Context, key string) (*lock.Holder, string, error) {
+func (r *AnyLockClient) readHash(ctx context.Context, key string) (*lock.Holder, string, error) {
 	pipe := r.rdb.Pipeline()
 	all := pipe.HGetAll(ctx, key)
 	pttl := pipe.PTTL(ctx, key)
@@ -109,7 +109,7 @@ var ErrSemaphore = errors.New("redisson: a semaphore's permit counter, not a loc
 // (nothing changed), or lock.ErrNotHeld (a hash that is no lock is never
 // touched), or lock.ErrAmbiguous for a fingerprint without expiry and not
 // "@any". A release is recorded as an event.Forced of the holder's name.
-func (r *Releaser) ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*lock.Holder, error) {
+func (r *AnyLockClient) ForceRelease(ctx context.Context, key, fingerprint, by, reason string) (*lock.Holder, error) {
 	fp, want, _ := strings.Cut(fingerprint, "@")
 	t, err := r.rdb.Type(ctx, key).Result()
 	if err != nil {
@@ -171,7 +171,7 @@ func (r *Releaser) ForceRelease(ctx context.Context, key, fingerprint, by, reaso
 // telling, else nil. A counter without either, or one the user may not
 // read the parts of (an ACL without them: docs/acl.md), looks like any
 // other integer value.
-func (r *Releaser) notSemaphore(ctx context.Context, key string) error {
+func (r *AnyLockClient) notSemaphore(ctx context.Context, key string) error {
 	s, err := ReadSemaphore(ctx, r.rdb, key, time.Now())
 	switch {
 	case errors.Is(err, ErrNotSemaphore), redis.HasErrorPrefix(err, "NOPERM"):
