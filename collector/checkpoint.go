@@ -33,9 +33,6 @@ const (
 	restoreBatch     = 1000 // lock keys checked per pipeline
 )
 
-// CheckpointKey is where replicas of stream keep their checkpoint.
-func CheckpointKey(stream string) string { return stream + ":checkpoint" }
-
 // checkpoint is what readCheckpoint found.
 type checkpoint struct {
 	at          time.Time

@@ -48,10 +48,6 @@ const (
 	incidentsReadTimeout = 5 * time.Second
 )
 
-// IncidentsKey is where the replicas of stream keep the incident history:
-// a hash of incident id to record.
-func IncidentsKey(stream string) string { return stream + ":incidents" }
-
 //go:embed incidents.lua
 var incidentsLua string
 

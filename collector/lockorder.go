@@ -41,10 +41,6 @@ const (
 	lockOrderLoadFor    = 5 * time.Second
 )
 
-// LockOrderKey is where the replicas of stream keep the lock-order graph: a
-// hash of edge id to record.
-func LockOrderKey(stream string) string { return stream + ":lockorder" }
-
 //go:embed lockorder.lua
 var lockOrderLua string
 

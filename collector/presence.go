@@ -29,9 +29,6 @@ const (
 // presenceStopped replaces the id of a replica that stopped gracefully.
 const presenceStopped = "stopped"
 
-// PresenceKey is the key a live replica of stream keeps fresh.
-func PresenceKey(stream, replica string) string { return stream + ":replica:" + replica }
-
 func (c *Follower) presenceValue() string {
 	return c.instance + "|" + strconv.FormatInt(time.Now().UnixMilli(), 10)
 }

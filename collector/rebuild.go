@@ -29,9 +29,6 @@ import (
 //     is applied twice and none out of order (a dead incarnation's pending
 //     entries are part of the replay, not re-delivered 30 s later).
 
-// ReplicaGroupPrefix starts the name of every replica's own consumer group.
-const ReplicaGroupPrefix = "lockscope:replica:"
-
 // isReplayed reports whether the rebuild at start is done (always, with a
 // shared group).
 func (c *Follower) isReplayed() bool {

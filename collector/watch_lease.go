@@ -43,25 +43,6 @@ const (
 	maxPassive  = 100_000         // watched holds tracked per node; a pattern matching more is too broad
 )
 
-// WatcherKey is the key of the watcher lease of the replicas reading stream
-// (the first partition's stream): a lock of lockscope's own library held by
-// the replica that follows the Watch patterns.
-func WatcherKey(stream string) string { return stream + ":watcher" }
-
-// watcherFenceKey keeps the highest watcher fence that wrote to stream. It
-// lives in the stream's Redis Cluster hash slot, since one script reads it
-// and appends to the stream.
-func watcherFenceKey(stream string) string {
-	const suffix = ":watcher:fence"
-	if strings.ContainsAny(stream, "{}") {
-		// A partition stream's hash tag places both; any other stream with
-		// braces is on its own in a Cluster (its writes are refused as
-		// cross-slot, and logged).
-		return stream + suffix
-	}
-	return stream + suffix + ":{" + stream + "}"
-}
-
 // lead competes for the watcher lease until ctx is done, and watches while
 // it holds it.
 func (c *Follower) lead(ctx context.Context, nodes []watchNode) {
