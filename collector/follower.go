@@ -301,18 +301,6 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.cur = 0 }
 
-// sleep waits d or until ctx is done; it reports whether ctx is still live.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // streamID is a parsed stream entry ID, ordered like Redis orders them.
 type streamID struct{ ms, seq uint64 }
 

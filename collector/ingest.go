@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -217,12 +218,7 @@ func pace(ctx context.Context, readAt time.Time) {
 	if d <= 0 {
 		return
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+	ctxsleep.Sleep(ctx, d)
 }
 
 // settle waits until the applier has applied and acknowledged every batch
@@ -243,7 +239,7 @@ func (f *fetcher) fail(ctx context.Context, err error) {
 		f.c.log.Warn("stream ingest failing; keeping the last state and retrying", "err", msg)
 		f.failing, f.logged = msg, time.Now()
 	}
-	sleep(ctx, f.bo.next())
+	ctxsleep.Sleep(ctx, f.bo.next())
 }
 
 func (f *fetcher) ok() {

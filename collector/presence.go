@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,7 +71,7 @@ func (c *Follower) claimPresence(ctx context.Context) (time.Time, error) {
 				"replica", c.opt.Replica, "group", c.opt.Group)
 			return time.Time{}, fmt.Errorf("%w %q (group %q)", errDuplicateReplica, c.opt.Replica, c.opt.Group)
 		}
-		if !sleep(ctx, presenceEvery/2) {
+		if !ctxsleep.Sleep(ctx, presenceEvery/2) {
 			return time.Time{}, ctx.Err()
 		}
 	}

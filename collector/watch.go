@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event/class"
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -56,7 +57,7 @@ func (c *Follower) watch(ctx context.Context) {
 		if nodes, err = c.watchNodes(ctx); err == nil {
 			break
 		}
-		if !sleep(ctx, bo.next()) {
+		if !ctxsleep.Sleep(ctx, bo.next()) {
 			return
 		}
 	}
@@ -64,7 +65,7 @@ func (c *Follower) watch(ctx context.Context) {
 	// demo's embedded Redis) means none of them does.
 	ok, err := probeNotifications(ctx, nodes[0].rdb)
 	for err != nil {
-		if !sleep(ctx, bo.next()) {
+		if !ctxsleep.Sleep(ctx, bo.next()) {
 			return
 		}
 		ok, err = probeNotifications(ctx, nodes[0].rdb)
@@ -194,7 +195,7 @@ func (c *Follower) follow(ctx context.Context, rdb redis.UniversalClient, channe
 				c.log.Warn("keyspace notifications: subscription lost; reconnecting (passive state is rescanned after)", "err", err)
 				lastLog = time.Now()
 			}
-			if !sleep(ctx, bo.next()) {
+			if !ctxsleep.Sleep(ctx, bo.next()) {
 				return
 			}
 			continue

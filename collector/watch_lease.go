@@ -9,6 +9,7 @@ import (
 
 	"github.com/lockscope/lockscope/collector/state"
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -72,7 +73,7 @@ func (c *Follower) lead(ctx context.Context, nodes []watchNode) {
 			c.log.Warn("cannot take the watcher lease: no replica follows other libraries' locks until one can",
 				"key", key, "fix", remedy(err, "the watcher lease's permissions (docs/acl.md)"), "err", err)
 		}
-		if !sleep(ctx, bo.next()) {
+		if !ctxsleep.Sleep(ctx, bo.next()) {
 			return
 		}
 	}
@@ -88,7 +89,7 @@ func (c *Follower) holdWatch(ctx context.Context, nodes []watchNode, fence int64
 		if ctx.Err() == nil {
 			c.log.Warn("cannot write to the stream as the watcher: the passive watch is off until it can",
 				"fix", remedy(err, "the passive watch's permissions (docs/acl.md)"), "err", err)
-			sleep(ctx, leaseTTL)
+			ctxsleep.Sleep(ctx, leaseTTL)
 		}
 		return
 	}
@@ -122,7 +123,7 @@ func (c *Follower) catchUp(ctx context.Context) {
 		c.mu.Lock()
 		done := c.lastApplied != "" && !idLess(c.lastApplied, si.lastGenerated)
 		c.mu.Unlock()
-		if done || !sleep(ctx, 10*time.Millisecond) {
+		if done || !ctxsleep.Sleep(ctx, 10*time.Millisecond) {
 			return
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lockscope/lockscope/event"
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -109,7 +110,7 @@ func (p *passiveWriter) run(ctx context.Context) {
 				return
 			}
 			p.report(err)
-			if !sleep(ctx, bo.next()) {
+			if !ctxsleep.Sleep(ctx, bo.next()) {
 				break
 			}
 		}

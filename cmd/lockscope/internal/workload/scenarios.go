@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -20,7 +21,7 @@ func (s *Simulator) cron(ctx context.Context) {
 	const replicas = 5
 	r := s.rng()
 	key := s.key("cron:nightly-report")
-	if !sleep(ctx, s.scaled(time.Second)) {
+	if !ctxsleep.Sleep(ctx, s.scaled(time.Second)) {
 		return
 	}
 	tick := time.NewTicker(s.scaled(5 * time.Second))
@@ -36,7 +37,7 @@ func (s *Simulator) cron(ctx context.Context) {
 		var ran atomic.Int32
 		for i := range replicas {
 			wg.Go(func() {
-				sleep(ctx, jitter[i])
+				ctxsleep.Sleep(ctx, jitter[i])
 				l := s.try(ctx, key, s.scaled(30*time.Second), &lock.ObtainOptions{
 					Owner: fmt.Sprintf("report-cron/replica-%d", i+1),
 				})
@@ -45,7 +46,7 @@ func (s *Simulator) cron(ctx context.Context) {
 					return
 				}
 				ran.Add(1)
-				sleep(ctx, runFor)
+				ctxsleep.Sleep(ctx, runFor)
 				tried.Wait()
 				s.release(l)
 			})
@@ -79,7 +80,7 @@ func (s *Simulator) workflow(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	var open atomic.Int32
-	if !sleep(ctx, s.scaled(500*time.Millisecond)) {
+	if !ctxsleep.Sleep(ctx, s.scaled(500*time.Millisecond)) {
 		return
 	}
 	every := s.scaled(3 * time.Second)
@@ -94,7 +95,7 @@ func (s *Simulator) workflow(ctx context.Context) {
 				s.session(ctx, key, owner, hold)
 			})
 		}
-		if !sleep(ctx, between(r, every/2, every*3/2)) {
+		if !ctxsleep.Sleep(ctx, between(r, every/2, every*3/2)) {
 			return
 		}
 	}
@@ -138,7 +139,7 @@ func (s *Simulator) holdUntil(ctx context.Context, l *lock.Lease, d time.Duratio
 // worker releases and, a while later, hangs again on another tenant.
 func (s *Simulator) stuck(ctx context.Context) {
 	r := s.rng()
-	if !sleep(ctx, s.scaled(time.Second)) {
+	if !ctxsleep.Sleep(ctx, s.scaled(time.Second)) {
 		return
 	}
 	for {
@@ -166,7 +167,7 @@ func (s *Simulator) stuck(ctx context.Context) {
 			close(stop) // those waiting now get the lock in turn
 			queue.Wait()
 		}
-		if !sleep(ctx, s.scaled(20*time.Second)) {
+		if !ctxsleep.Sleep(ctx, s.scaled(20*time.Second)) {
 			return
 		}
 	}
@@ -209,7 +210,7 @@ func (s *Simulator) exportQueue(ctx context.Context, stop <-chan struct{}, key s
 			})
 			cancel()
 			if l != nil {
-				sleep(ctx, s.scaled(time.Second))
+				ctxsleep.Sleep(ctx, s.scaled(time.Second))
 				s.release(l)
 			}
 		})
@@ -225,20 +226,20 @@ func (s *Simulator) exportQueue(ctx context.Context, stop <-chan struct{}, key s
 // collector detects it.
 func (s *Simulator) crash(ctx context.Context) {
 	r := s.rng()
-	if !sleep(ctx, s.scaled(3*time.Second)) {
+	if !ctxsleep.Sleep(ctx, s.scaled(3*time.Second)) {
 		return
 	}
 	for n := 0; ; n++ {
 		key := s.key(fmt.Sprintf("invoice:batch-%d", 1+n%3))
 		owner := fmt.Sprintf("billing-batch/pod-%d", 1+r.IntN(3))
 		if l := s.try(ctx, key, s.scaled(4*time.Second), &lock.ObtainOptions{Owner: owner}); l != nil {
-			sleep(ctx, s.scaled(300*time.Millisecond))
+			ctxsleep.Sleep(ctx, s.scaled(300*time.Millisecond))
 			// Killed here. The lease is dropped on the floor.
 			s.crashes.Add(1)
 			s.abandoned.Add(1)
 			s.log.Debug("workload: billing batch crashed holding its lock", "key", key)
 		}
-		if !sleep(ctx, s.scaled(15*time.Second)) {
+		if !ctxsleep.Sleep(ctx, s.scaled(15*time.Second)) {
 			return
 		}
 	}
@@ -255,7 +256,7 @@ func (s *Simulator) crash(ctx context.Context) {
 // holders at once (the workload's ground truth, logged as "workload:
 // overlap"), and the account's fence guard refuses the stale write.
 func (s *Simulator) pause(ctx context.Context) {
-	if !sleep(ctx, s.scaled(5*time.Second)) {
+	if !ctxsleep.Sleep(ctx, s.scaled(5*time.Second)) {
 		return
 	}
 	for n := 0; ; n++ {
@@ -265,7 +266,7 @@ func (s *Simulator) pause(ctx context.Context) {
 		if l := s.tryWith(s.pc, ctx, key, ttl, opt); l != nil {
 			s.paused(ctx, l, ttl, n%2 == 1)
 		}
-		if !sleep(ctx, s.scaled(25*time.Second)) {
+		if !ctxsleep.Sleep(ctx, s.scaled(25*time.Second)) {
 			return
 		}
 	}
@@ -286,7 +287,7 @@ func (s *Simulator) paused(ctx context.Context, l *lock.Lease, ttl time.Duration
 	defer wg.Wait()
 	defer close(noticed)
 
-	sleep(ctx, freeze) // the holder's own code is frozen as well
+	ctxsleep.Sleep(ctx, freeze) // the holder's own code is frozen as well
 	s.stall.resume()
 	if ctx.Err() != nil {
 		s.release(l)
@@ -335,7 +336,7 @@ func (s *Simulator) takeOver(ctx context.Context, key string, ttl, freeze time.D
 	case <-noticed:
 	case <-ctx.Done():
 	}
-	sleep(ctx, ttl/4)
+	ctxsleep.Sleep(ctx, ttl/4)
 	s.release(l)
 }
 
@@ -346,7 +347,7 @@ func (s *Simulator) takeOver(ctx context.Context, key string, ttl, freeze time.D
 // their waits time out; then both retry later, in the same wrong order, and
 // it happens again: once a minute.
 func (s *Simulator) deadlock(ctx context.Context) {
-	if !sleep(ctx, s.scaled(8*time.Second)) {
+	if !ctxsleep.Sleep(ctx, s.scaled(8*time.Second)) {
 		return
 	}
 	ledger, account := s.key("payments:ledger"), s.key("payments:account-42")
@@ -393,7 +394,7 @@ func (s *Simulator) deadlock(ctx context.Context) {
 		done.Wait()
 		s.deadlocks.Add(1)
 		s.log.Debug("workload: deadlock between payments-api and ledger-sync resolved by timeout")
-		if !sleep(ctx, s.scaled(40*time.Second)) {
+		if !ctxsleep.Sleep(ctx, s.scaled(40*time.Second)) {
 			return
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lockscope/lockscope/internal/ctxsleep"
 	"github.com/lockscope/lockscope/lock"
 )
 
@@ -101,12 +102,12 @@ func (s *Simulator) payment(ctx context.Context, r *rand.Rand, order int64) {
 			return
 		}
 		charged.Add(1)
-		sleep(ctx, charge)
+		ctxsleep.Sleep(ctx, charge)
 		tried.Wait()
 		s.release(l)
 	}
 	done.Go(func() {
-		sleep(ctx, gap)
+		ctxsleep.Sleep(ctx, gap)
 		click(fmt.Sprintf("checkout-api/pod-%d", pods[1]+1))
 	})
 	click(fmt.Sprintf("checkout-api/pod-%d", pods[0]+1))
@@ -147,6 +148,6 @@ func (s *Simulator) inventory(ctx context.Context, r *rand.Rand, worker int) {
 	// second, three times the cron job's designed refusals (4 every 5 s),
 	// so that it tops Hot keys within seconds, as the tour says; at 2 to
 	// 15 ms the two were even and the cron job topped it in 1 run of 2.
-	sleep(ctx, between(r, 10*time.Millisecond, 40*time.Millisecond))
+	ctxsleep.Sleep(ctx, between(r, 10*time.Millisecond, 40*time.Millisecond))
 	s.release(l)
 }

@@ -239,18 +239,6 @@ func (s *Simulator) scaled(d time.Duration) time.Duration {
 
 func (s *Simulator) key(k string) string { return s.opt.KeyPrefix + k }
 
-// sleep waits d or until ctx ends; it reports whether the full d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // between returns a random duration in [lo, hi).
 func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	if hi <= lo {
