@@ -121,13 +121,8 @@ when the holder cannot be asked or did not release within the grace and
 }
 
 func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream string, partitions int, key, fingerprint, by, reason string, yes, anyHolder bool) error {
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		em.Close(cctx)
-	}()
-	lc := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
+	lc, em := operatorClient(rdb, stream, partitions)
+	defer closeEmitter(em, 5*time.Second) // flushes the events of what it did
 	h, err := lc.Inspect(ctx, key)
 	if errors.Is(err, lock.ErrNotHeld) {
 		return fmt.Errorf("%s is not held; nothing to release", keytext.Terminal(key, 200))
@@ -180,6 +175,15 @@ func release(ctx context.Context, env *Env, rdb redis.UniversalClient, stream st
 // nil for "yes", else why nothing happens. A stdin that ends without an
 // answer (a pipe, /dev/null, a CI job) is a refusal: a release needs a
 // "yes" typed or piped on purpose, or --yes.
+// operatorClient is the client every operator release and request goes
+// through: it inspects and releases locks of every kind
+// (redisson.AnyLockClient) and records each forced release and request on
+// the event stream through em, as the dashboard's are.
+func operatorClient(rdb redis.UniversalClient, stream string, partitions int) (lc *redisson.AnyLockClient, em *lock.Emitter) {
+	em = lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
+	return redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em), em
+}
+
 func confirmed(env *Env, question string) error {
 	fmt.Fprintf(env.Stdout, "%s Type 'yes' to confirm: ", question)
 	line, err := bufio.NewReader(env.Stdin).ReadString('\n')

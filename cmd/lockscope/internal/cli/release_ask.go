@@ -36,13 +36,8 @@ const DefaultGrace = 30 * time.Second
 const askPoll = 100 * time.Millisecond
 
 func releaseAsk(ctx context.Context, env *Env, rdb redis.UniversalClient, stream string, partitions int, key, fingerprint, by, reason string, grace time.Duration, thenForce, yes, anyHolder bool) error {
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		em.Close(cctx)
-	}()
-	lc := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
+	lc, em := operatorClient(rdb, stream, partitions)
+	defer closeEmitter(em, 5*time.Second) // flushes the events of what it did
 	h, err := lc.Inspect(ctx, key)
 	if errors.Is(err, lock.ErrNotHeld) {
 		return fmt.Errorf("%s is not held; nobody to ask", keytext.Terminal(key, 200))

@@ -74,13 +74,8 @@ func releaseOwner(ctx context.Context, env *Env, rdb redis.UniversalClient, stre
 		}
 	}
 
-	em := lock.NewEmitter(rdb, &lock.EmitterOptions{Stream: stream, Partitions: partitions})
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		em.Close(cctx)
-	}()
-	lc := redisson.NewAnyLockClient(lock.New(rdb, &lock.Options{Recorder: em}), rdb, em)
+	lc, em := operatorClient(rdb, stream, partitions)
+	defer closeEmitter(em, 5*time.Second) // flushes the events of what it did
 	var counts [outError + 1]int
 	for _, h := range found.holders {
 		out, line := releaseListed(ctx, lc, h, by, reason, anyHolder)

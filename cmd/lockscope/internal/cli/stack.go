@@ -308,6 +308,8 @@ func (s *stack) run(ctx context.Context, ln net.Listener, grace time.Duration) e
 	return g.Wait()
 }
 
+// closeEmitter flushes em and stops it, waiting at most grace: what serve,
+// demo, load and the operator commands do with their emitters at the end.
 func closeEmitter(em *lock.Emitter, grace time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
