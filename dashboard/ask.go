@@ -90,7 +90,7 @@ const notListening = "The holder cannot be asked: it does not listen for release
 // cannotHear says why h can never hear a request ("" if it might).
 func cannotHear(h *lock.Holder) string {
 	if h.Foreign || h.Lease == "" {
-		short, _ := ownerText(h.Owner)
+		short := newOwnerCell(h.Owner).Short
 		return "The holder cannot be asked: another library's lock (" + short + ") has no channel to hear a release request on."
 	}
 	return ""

@@ -25,15 +25,14 @@ type blockingView struct {
 }
 
 type blockingRow struct {
-	Key           keyCell
-	Class         string
-	Owner, OwnerT string
-	OwnerHref     string
-	HeldFor       string
-	Waiters       string
-	WaitSeconds   string
-	HolderWaits   bool
-	Trace         *traceRef // of the hold
+	Key         keyCell
+	Class       string
+	Owner       ownerCell
+	HeldFor     string
+	Waiters     string
+	WaitSeconds string
+	HolderWaits bool
+	Trace       *traceRef // of the hold
 }
 
 type chainView struct {
@@ -42,14 +41,14 @@ type chainView struct {
 	// How the chain ends when its last link waits: the holder of that
 	// link's key is one of the chain's own callers (a deadlock: EndOwner),
 	// or one not seen yet (EndOwner "").
-	EndOwner, EndOwnerT string
+	EndOwner ownerCell
 }
 
 type chainLinkView struct {
-	Owner, OwnerT string
-	WaitsFor      *keyCell // nil for the final holder
-	Waiting       string
-	Trace         *traceRef // of the wait (of the hold, for the final holder)
+	Owner    ownerCell
+	WaitsFor *keyCell // nil for the final holder
+	Waiting  string
+	Trace    *traceRef // of the wait (of the hold, for the final holder)
 }
 
 // blockingPage is GET /blocking: holders ranked by the waiters they cause,
@@ -62,8 +61,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 		row := blockingRow{Key: newKeyCell(h.Key), Class: h.Class, Waiters: fmtCount(h.Waiters),
 			WaitSeconds: fmtDuration(time.Duration(h.WaitSeconds * float64(time.Second)).Truncate(100 * time.Millisecond)), HolderWaits: h.Waiting,
 			HeldFor: "not seen yet", Trace: s.traceRef(h.Trace)}
-		row.Owner, row.OwnerT = ownerText(h.Owner)
-		row.OwnerHref = ownerPath(h.Owner)
+		row.Owner = linkedOwnerCell(h.Owner)
 		if !h.Since.IsZero() {
 			row.HeldFor = heldFor(now.Sub(h.Since))
 		}
@@ -73,7 +71,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 		cv := chainView{Cycle: c.Cycle}
 		for _, l := range c.Links {
 			lv := chainLinkView{Trace: s.traceRef(l.Trace)}
-			lv.Owner, lv.OwnerT = ownerText(l.Owner)
+			lv.Owner = newOwnerCell(l.Owner)
 			if l.WaitsFor != "" {
 				k := newKeyCell(l.WaitsFor)
 				lv.WaitsFor = &k
@@ -91,7 +89,7 @@ func (s *server) blockingPage(w http.ResponseWriter, r *http.Request) {
 					holder = c.Links[i+1].Owner
 				}
 			}
-			cv.EndOwner, cv.EndOwnerT = ownerText(holder)
+			cv.EndOwner = newOwnerCell(holder)
 		}
 		v.Chains = append(v.Chains, cv)
 	}

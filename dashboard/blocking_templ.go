@@ -91,7 +91,7 @@ func blockingPage(v blockingView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerLink(h.Owner, h.OwnerT, h.OwnerHref).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerLink(h.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -194,7 +194,7 @@ func blockingPage(v blockingView) templ.Component {
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
-						templ_7745c5c3_Err = ownerSpan(l.Owner, l.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+						templ_7745c5c3_Err = ownerSpan(l.Owner).Render(ctx, templ_7745c5c3_Buffer)
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
@@ -281,12 +281,12 @@ func blockingPage(v blockingView) templ.Component {
 						}
 					}
 					if len(c.Links) > 0 && c.Links[len(c.Links)-1].WaitsFor != nil {
-						if c.EndOwner != "" {
+						if c.EndOwner.Full != "" {
 							templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 30, "<span class=\"arrow\" aria-hidden=\"true\">→</span>")
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}
-							templ_7745c5c3_Err = ownerSpan(c.EndOwner, c.EndOwnerT).Render(ctx, templ_7745c5c3_Buffer)
+							templ_7745c5c3_Err = ownerSpan(c.EndOwner).Render(ctx, templ_7745c5c3_Buffer)
 							if templ_7745c5c3_Err != nil {
 								return templ_7745c5c3_Err
 							}

@@ -47,9 +47,9 @@ type classSeries struct {
 // classOwner is one owner of the class's keys: how many it holds now, how
 // many it held last, and the TTLs it set.
 type classOwner struct {
-	Owner, OwnerT, Href string
-	Held, Keys          string
-	TTLs                string
+	Owner      ownerCell
+	Held, Keys string
+	TTLs       string
 }
 
 // adviceView is one advice as a page shows it.
@@ -163,8 +163,7 @@ func (s *server) classView(r *http.Request, d state.ClassDetail) classView {
 		kr := lockRow{Key: newKeyCell(l.Key), Held: l.Held, Stuck: l.Stuck, Passive: l.Passive, NoExpiry: l.NoExpiry(),
 			Waiters: fmtCount(l.Waiters), Acquisitions: fmtCount(l.Acquisitions), Contentions: fmtCount(l.Contentions),
 			WaitAvg: avg(l.WaitTotal, l.Acquisitions+l.Failures), HoldAvg: avg(l.HoldTotal, l.Acquisitions-heldNow(l)), HeldFor: "—"}
-		kr.Owner, kr.OwnerT = ownerText(l.Owner)
-		kr.OwnerHref = ownerPath(l.Owner)
+		kr.Owner = linkedOwnerCell(l.Owner)
 		if l.Passive && l.WaitTotal == 0 && l.Contentions == 0 {
 			kr.WaitAvg, kr.Contentions = "unknown", "unknown"
 		}
@@ -219,8 +218,8 @@ func classOwners(ls []state.LockInfo) []classOwner {
 	var out []classOwner
 	for _, n := range names[:min(len(names), classKeys)] {
 		a := by[n]
-		o := classOwner{Href: ownerPath(n), Held: fmtCount(a.held), Keys: fmtCount(a.keys), TTLs: "—"}
-		o.Owner, o.OwnerT = ownerText(n)
+		o := classOwner{Held: fmtCount(a.held), Keys: fmtCount(a.keys), TTLs: "—"}
+		o.Owner = linkedOwnerCell(n)
 		if len(a.ttls) > 0 {
 			slices.Sort(a.ttls)
 			var parts []string

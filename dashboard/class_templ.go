@@ -515,7 +515,7 @@ func classPage(v classView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerLink(l.Owner, l.OwnerT, l.OwnerHref).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerLink(l.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -648,7 +648,7 @@ func classPage(v classView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerLink(o.Owner, o.OwnerT, o.Href).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerLink(o.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

@@ -107,7 +107,7 @@ func TestOverviewComponent(t *testing.T) {
 			{Rank: 2, Key: newKeyCell("<b>x</b>"), Class: "other", Contentions: "7", Bar: "1", Approx: "2"},
 		},
 		StuckTotal: 1,
-		Stuck:      []stuckRow{{Key: newKeyCell("job:9"), Owner: "w1", OwnerT: "w1", HeldFor: "12m00s"}},
+		Stuck:      []stuckRow{{Key: newKeyCell("job:9"), Owner: newOwnerCell("w1"), HeldFor: "12m00s"}},
 	}
 	doc := renderHTML(t, overviewPage(v))
 	held := one(t, doc, "stat-held")
@@ -168,7 +168,7 @@ func TestKeysComponentEmptyAndPager(t *testing.T) {
 func TestReleaseConfirmComponent(t *testing.T) {
 	v := releaseView{
 		Page: testPage(), Key: newKeyCell("k\n1"), Fingerprint: "abc123", Action: releasePath("k\n1"), MaxReason: MaxReason, Back: keyPath("k\n1"),
-		Holder: holderView{Owner: "worker-7", OwnerT: "worker-7", HeldFor: "3m12s", Waiters: "4", Fingerprint: "abc123"},
+		Holder: holderView{Owner: newOwnerCell("worker-7"), HeldFor: "3m12s", Waiters: "4", Fingerprint: "abc123"},
 	}
 	doc := renderHTML(t, releaseConfirm(v))
 	form := one(t, doc, "release-form")

@@ -54,8 +54,6 @@ type incidentRow struct {
 	Cause     string // an overlap's cause
 }
 
-type ownerCell struct{ Short, Full, Href string }
-
 // incidentsPage is GET /incidents.
 func (s *server) incidentsPage(w http.ResponseWriter, r *http.Request) {
 	v := incidentsView{Page: s.page(r, "Incidents", "incidents")}
@@ -93,8 +91,7 @@ func newIncidentRow(in state.Incident, now time.Time) incidentRow {
 		row.Keys = append(row.Keys, newKeyCell(k))
 	}
 	for _, o := range in.Owners {
-		short, full := ownerText(o)
-		row.Owners = append(row.Owners, ownerCell{Short: short, Full: full, Href: ownerPath(o)})
+		row.Owners = append(row.Owners, linkedOwnerCell(o))
 	}
 	if in.Open() {
 		row.Duration = fmtDuration(max(now.Sub(in.Start), 0).Truncate(time.Second)) + " so far"

@@ -223,7 +223,7 @@ func incidentsPage(v incidentsView) templ.Component {
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
-						templ_7745c5c3_Err = ownerLink(o.Short, o.Full, o.Href).Render(ctx, templ_7745c5c3_Buffer)
+						templ_7745c5c3_Err = ownerLink(o).Render(ctx, templ_7745c5c3_Buffer)
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}

@@ -46,9 +46,7 @@ type keyView struct {
 
 // holderView is a lock's holder as a card shows it.
 type holderView struct {
-	Owner       string
-	OwnerT      string
-	OwnerHref   string // the owner's page; "" for a foreign holder read from Redis (named by its value, not by its owner)
+	Owner       ownerCell // the owner's page; "" for a foreign holder read from Redis (named by its value, not by its owner)
 	Lease       string
 	Since       string
 	SinceAgo    string
@@ -75,21 +73,20 @@ type eventRow struct {
 	AgoAt  string // absolute, for the title
 	Type   string
 	Times  string // "×14" for a folded run of renewals; "" for one event
-	Owner  string
-	OwnerT string
+	Owner  ownerCell
 	Detail string
 	Trace  *traceRef
 }
 
 // waiterRow is one caller waiting for a key now.
 type waiterRow struct {
-	Owner, OwnerT string
-	Key           keyCell
-	Waiting       string // for how long
-	SinceTitle    string // absolute time, on hover
-	Deadline      string
-	Holds         string // leases it holds while waiting
-	Trace         *traceRef
+	Owner      ownerCell
+	Key        keyCell
+	Waiting    string // for how long
+	SinceTitle string // absolute time, on hover
+	Deadline   string
+	Holds      string // leases it holds while waiting
+	Trace      *traceRef
 }
 
 func (s *server) keyPage(w http.ResponseWriter, r *http.Request) {
@@ -252,7 +249,7 @@ func (s *server) eventRowsOf(recent []event.Event, now time.Time) []eventRow {
 				row.Detail += " · least headroom " + fmtDuration(least)
 			}
 		}
-		row.Owner, row.OwnerT = ownerText(e.Owner)
+		row.Owner = newOwnerCell(e.Owner)
 		rows = append(rows, row)
 		i = j
 	}
@@ -273,9 +270,9 @@ func (s *server) holderFromInfo(l state.LockInfo, now time.Time) *holderView {
 		Trace:      s.traceRef(l.Trace),
 		StuckAfter: stuckThreshold(l),
 	}
-	h.Owner, h.OwnerT = ownerText(l.Owner)
+	h.Owner = newOwnerCell(l.Owner)
 	if l.Held {
-		h.OwnerHref = ownerPath(l.Owner)
+		h.Owner.Href = ownerPath(l.Owner)
 	}
 	if !l.Since.IsZero() {
 		h.Since = fmtAbs(l.Since)
@@ -329,9 +326,9 @@ func holderFromLock(h *lock.Holder, now time.Time) *holderView {
 		Foreign:     h.Foreign,
 		Degraded:    h.Degraded,
 	}
-	v.OwnerT, v.Owner = ownerText(h.Owner)
+	v.Owner = newOwnerCell(h.Owner)
 	if !h.Foreign {
-		v.OwnerHref = ownerPath(h.Owner)
+		v.Owner.Href = ownerPath(h.Owner)
 	}
 	if !h.Since.IsZero() {
 		v.Since = fmtAbs(h.Since)
@@ -430,7 +427,7 @@ func newWaiterRow(x state.Waiter, now time.Time) waiterRow {
 	case !x.Deadline.After(now):
 		row.Deadline = "passed"
 	}
-	row.Owner, row.OwnerT = ownerText(x.Owner)
+	row.Owner = newOwnerCell(x.Owner)
 	row.Holds = plural(len(x.Holds), "lock", "locks")
 	if len(x.Holds) == 0 {
 		row.Holds = "none"

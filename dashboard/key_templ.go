@@ -261,7 +261,7 @@ func keyPage(v keyView) templ.Component {
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
-						templ_7745c5c3_Err = ownerSpan(w.Owner, w.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+						templ_7745c5c3_Err = ownerSpan(w.Owner).Render(ctx, templ_7745c5c3_Buffer)
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}
@@ -582,7 +582,7 @@ func keyPage(v keyView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerSpan(e.Owner, e.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerSpan(e.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -669,7 +669,7 @@ func holderList(h holderView, source string) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = ownerLink(h.Owner, h.OwnerT, h.OwnerHref).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = ownerLink(h.Owner).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

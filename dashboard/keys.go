@@ -45,9 +45,7 @@ type lockRow struct {
 	Stuck        bool
 	Passive      bool
 	NoExpiry     bool
-	Owner        string
-	OwnerT       string
-	OwnerHref    string
+	Owner        ownerCell
 	HeldFor      string
 	Waiters      string
 	Acquisitions string
@@ -156,8 +154,7 @@ func (s *server) keysView(r *http.Request, lq state.LockQuery, pageN int) keysVi
 			row.WaitAvg, row.Contentions = "unknown", "unknown"
 		}
 		if l.Held {
-			row.Owner, row.OwnerT = ownerText(l.Owner)
-			row.OwnerHref = ownerPath(l.Owner)
+			row.Owner = linkedOwnerCell(l.Owner)
 			if !l.Since.IsZero() {
 				row.HeldFor = fmtDuration(l.HeldFor(now).Truncate(time.Millisecond))
 			}

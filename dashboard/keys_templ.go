@@ -350,7 +350,7 @@ func keysPage(v keysView) templ.Component {
 						return templ_7745c5c3_Err
 					}
 					if l.Held {
-						templ_7745c5c3_Err = ownerLink(l.Owner, l.OwnerT, l.OwnerHref).Render(ctx, templ_7745c5c3_Buffer)
+						templ_7745c5c3_Err = ownerLink(l.Owner).Render(ctx, templ_7745c5c3_Buffer)
 						if templ_7745c5c3_Err != nil {
 							return templ_7745c5c3_Err
 						}

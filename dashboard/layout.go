@@ -34,10 +34,10 @@ type deadlockView struct {
 }
 
 type deadlockMember struct {
-	Owner, OwnerT string
-	Holds         keyCell
-	WaitsFor      keyCell
-	ReleaseHref   string // forced release of the key it holds; "" when read-only
+	Owner       ownerCell
+	Holds       keyCell
+	WaitsFor    keyCell
+	ReleaseHref string // forced release of the key it holds; "" when read-only
 }
 
 func (s *server) page(r *http.Request, title, nav string) page {
@@ -58,7 +58,7 @@ func (s *server) page(r *http.Request, title, nav string) page {
 		var since time.Time
 		for _, m := range c.Members {
 			dm := deadlockMember{Holds: newKeyCell(m.Holds), WaitsFor: newKeyCell(m.WaitsFor)}
-			dm.Owner, dm.OwnerT = ownerText(m.Owner)
+			dm.Owner = newOwnerCell(m.Owner)
 			if !p.ReadOnly {
 				dm.ReleaseHref = releasePath(m.Holds)
 			}
@@ -95,9 +95,23 @@ func classText(class string) string {
 	return keytext.Cut(disp, 120)
 }
 
-func ownerText(owner string) (short, full string) {
-	disp, _ := keytext.Visible(owner)
-	return keytext.Cut(disp, 48), disp
+// ownerCell is an owner as a table cell or a card shows it: Short (cut to
+// 48 characters) on screen, Full (control bytes made visible, as
+// keytext.Visible writes them) in the title, and Href, when it is a link,
+// the owner's page. The zero value is "no owner" (a dash).
+type ownerCell struct{ Short, Full, Href string }
+
+// newOwnerCell is owner as text; set Href to make it a link.
+func newOwnerCell(owner string) ownerCell {
+	full, _ := keytext.Visible(owner)
+	return ownerCell{Short: keytext.Cut(full, 48), Full: full}
+}
+
+// linkedOwnerCell is owner as a link to its page.
+func linkedOwnerCell(owner string) ownerCell {
+	c := newOwnerCell(owner)
+	c.Href = ownerPath(owner)
+	return c
 }
 
 // tab is a link that selects a view (window, ranking, sort).

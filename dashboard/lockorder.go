@@ -42,15 +42,13 @@ type orderView struct {
 	FromHref, ToHref string
 	Count            string
 	Times            string // Count in words: "once", "3 times"
-	Owners           []ownerRef
+	Owners           []ownerCell
 	MoreOwners       bool
 	FromKey, ToKey   keyCell
 	FirstSeen        string
 	LastSeen         string
 	Reversed         bool // its reverse is an order too (in an inversion)
 }
-
-type ownerRef struct{ Short, Full, Href string }
 
 // newLockOrderView builds the section from the state's graph at now.
 func newLockOrderView(lo state.LockOrder, class string, now time.Time) lockOrderView {
@@ -90,8 +88,7 @@ func newOrderView(e state.OrderEdge, now time.Time) orderView {
 		Count: fmtCount(e.Count), Times: fmtTimes(e.Count), MoreOwners: e.MoreOwners, FromKey: newKeyCell(e.FromKey), ToKey: newKeyCell(e.ToKey),
 		FirstSeen: fmtAgo(now, e.FirstSeen), LastSeen: fmtAgo(now, e.LastSeen)}
 	for _, o := range e.Owners {
-		short, full := ownerText(o)
-		ov.Owners = append(ov.Owners, ownerRef{Short: short, Full: full, Href: ownerPath(o)})
+		ov.Owners = append(ov.Owners, linkedOwnerCell(o))
 	}
 	return ov
 }

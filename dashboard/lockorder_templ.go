@@ -550,7 +550,7 @@ func orderOwners(o orderView) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = ownerLink(ow.Short, ow.Full, ow.Href).Render(ctx, templ_7745c5c3_Buffer)
+			templ_7745c5c3_Err = ownerLink(ow).Render(ctx, templ_7745c5c3_Buffer)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

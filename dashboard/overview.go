@@ -60,8 +60,7 @@ type hotRow struct {
 
 type stuckRow struct {
 	Key     keyCell
-	Owner   string
-	OwnerT  string
+	Owner   ownerCell
 	HeldFor string
 	After   string // the threshold it is past, and which --stuck-after entry set it
 	Waiters string
@@ -70,8 +69,7 @@ type stuckRow struct {
 
 type expirationRow struct {
 	Key       keyCell
-	Owner     string
-	OwnerT    string
+	Owner     ownerCell
 	Ago       string
 	AgoAt     string // absolute, for the title
 	Held      string
@@ -82,8 +80,7 @@ type expirationRow struct {
 
 type forcedRow struct {
 	Key    keyCell
-	Owner  string
-	OwnerT string
+	Owner  ownerCell
 	By     string
 	Reason string
 	Ago    string
@@ -204,20 +201,20 @@ func (s *server) overviewView(r *http.Request, window time.Duration, by state.Ra
 	for _, l := range stuck[:min(len(stuck), sideRows)] {
 		row := stuckRow{Key: newKeyCell(l.Key), HeldFor: fmtDuration(l.HeldFor(now).Truncate(time.Second)), Waiters: fmtCount(l.Waiters),
 			After: stuckThreshold(l)}
-		row.Owner, row.OwnerT = ownerText(l.Owner)
+		row.Owner = newOwnerCell(l.Owner)
 		v.Stuck = append(v.Stuck, row)
 	}
 	for _, e := range s.q.Expirations(expirationsRows) {
 		row := expirationRow{Key: newKeyCell(e.Key), Ago: fmtAgo(now, e.At), AgoAt: fmtAbs(e.At), Held: fmtDuration(e.Held.Truncate(time.Millisecond)),
 			Confirmed: e.Confirmed, Working: e.HolderWorking, Passive: e.Passive}
-		row.Owner, row.OwnerT = ownerText(e.Owner)
+		row.Owner = newOwnerCell(e.Owner)
 		v.Expirations = append(v.Expirations, row)
 	}
 	for _, f := range s.q.ForcedReleases(forcedRows) {
 		by, _ := keytext.Visible(f.By)
 		reason, _ := keytext.Visible(f.Reason)
 		row := forcedRow{Key: newKeyCell(f.Key), By: by, Reason: reason, Ago: fmtAgo(now, f.At), AgoAt: fmtAbs(f.At)}
-		row.Owner, row.OwnerT = ownerText(f.Owner)
+		row.Owner = newOwnerCell(f.Owner)
 		v.Forced = append(v.Forced, row)
 	}
 	v.Footer = []footerItem{

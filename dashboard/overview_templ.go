@@ -549,7 +549,7 @@ func overviewPage(v overviewView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerSpan(s.Owner, s.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerSpan(s.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -658,7 +658,7 @@ func overviewPage(v overviewView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerSpan(e.Owner, e.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerSpan(e.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
@@ -806,7 +806,7 @@ func overviewPage(v overviewView) templ.Component {
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}
-					templ_7745c5c3_Err = ownerSpan(f.Owner, f.OwnerT).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = ownerSpan(f.Owner).Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

@@ -206,7 +206,7 @@ func ownerVerdict(owner string, l state.LockInfo, h *lock.Holder, err error) (ve
 	case h == nil:
 		return "free", "free now: Redis holds no lock under this key"
 	case h.Owner != owner:
-		short, _ := ownerText(h.Owner)
+		short := newOwnerCell(h.Owner).Short
 		if h.Foreign {
 			return "changed", "Redis's value names another holder (" + short + "): release it on its key page"
 		}
@@ -364,7 +364,7 @@ func (s *server) releaseOwned(ctx context.Context, owner string, listed map[stri
 		row.Outcome, row.Text = "changed", "skipped: "+note
 		return row
 	case h.Fingerprint != fingerprint:
-		short, _ := ownerText(h.Owner)
+		short := newOwnerCell(h.Owner).Short
 		row.Outcome, row.Text = "changed", "skipped: the holder changed (now "+short+")"
 		return row
 	}
@@ -375,7 +375,7 @@ func (s *server) releaseOwned(ctx context.Context, owner string, listed map[stri
 	case "owner-changed":
 		row.Outcome, row.Text = "changed", "skipped: the holder changed"
 		if out.current != nil {
-			short, _ := ownerText(out.current.Owner)
+			short := newOwnerCell(out.current.Owner).Short
 			row.Text += " (now " + short + ")"
 		}
 	case "ambiguous":

@@ -176,7 +176,7 @@ func (s *server) askOwned(ctx context.Context, owner string, listed map[string]s
 		row.Outcome, row.Text = "changed", "skipped: "+note
 		return row
 	case h.Fingerprint != fingerprint:
-		short, _ := ownerText(h.Owner)
+		short := newOwnerCell(h.Owner).Short
 		row.Outcome, row.Text = "changed", "skipped: the holder changed (now "+short+")"
 		return row
 	case cannotHear(h) != "":
