@@ -9,20 +9,12 @@ import (
 
 	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
-	"github.com/redis/go-redis/v9"
 )
 
 // exampleRedis starts a private redis-server for an example. In your code:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-func exampleRedis() (*redis.Client, func()) {
-	srv, err := redistest.New(redistest.Options{Notify: "none"})
-	if err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return rdb, func() { rdb.Close(); srv.Close() }
-}
+var exampleRedis = redistest.ExampleClient
 
 func Example() {
 	rdb, done := exampleRedis()

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -17,14 +16,7 @@ import (
 // exampleRedis starts a private redis-server for an example. In your code:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-func exampleRedis() (*redis.Client, func()) {
-	srv, err := redistest.New(redistest.Options{Notify: "none"})
-	if err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return rdb, func() { rdb.Close(); srv.Close() }
-}
+var exampleRedis = redistest.ExampleClient
 
 // A request handler takes a lock inside its span: the lock's events carry
 // the span's trace (the dashboard links it, the collector's histograms keep

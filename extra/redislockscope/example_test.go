@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bsm/redislock"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/extra/redislockscope"
 	"github.com/lockscope/lockscope/internal/testkit/redistest"
@@ -17,14 +16,7 @@ import (
 // exampleRedis starts a private redis-server for an example. In your code:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-func exampleRedis() (*redis.Client, func()) {
-	srv, err := redistest.New(redistest.Options{Notify: "none"})
-	if err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return rdb, func() { rdb.Close(); srv.Close() }
-}
+var exampleRedis = redistest.ExampleClient
 
 // Two workers want one invoice: the second waits, and lockscope sees it
 // wait (with the holder it waited on) before it gives up.

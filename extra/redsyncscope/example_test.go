@@ -7,7 +7,6 @@ import (
 
 	"github.com/go-redsync/redsync/v4"
 	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/lockscope/lockscope/extra/redsyncscope"
 	"github.com/lockscope/lockscope/internal/testkit/redistest"
@@ -17,14 +16,7 @@ import (
 // exampleRedis starts a private redis-server for an example. In your code:
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
-func exampleRedis() (*redis.Client, func()) {
-	srv, err := redistest.New(redistest.Options{Notify: "none"})
-	if err != nil {
-		panic(err)
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
-	return rdb, func() { rdb.Close(); srv.Close() }
-}
+var exampleRedis = redistest.ExampleClient
 
 // A refused TryLock names the holder; Extend is a renewal.
 func Example() {
