@@ -130,8 +130,11 @@ func (p *passiveWriter) flush(ctx context.Context) error {
 	}
 	for len(evs) > 0 {
 		n, size := 0, 0
-		for n < len(evs) && n < passiveBatch && size < event.MaxBatchBytes/2 {
-			size += len(evs[n].Key) + len(evs[n].Owner) + 64
+		// An entry as the lock library's sink cuts one: at most
+		// event.EntryBytes, by an estimate of each event's packed bytes
+		// (its strings and some 64 of numbers), and passiveBatch events.
+		for n < len(evs) && n < passiveBatch && size < event.EntryBytes {
+			size += len(evs[n].Key) + len(evs[n].Owner) + len(evs[n].Reason) + 64
 			n++
 		}
 		if err := p.write(ctx, evs[:n]); err != nil {

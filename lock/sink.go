@@ -78,9 +78,10 @@ func syncClock(ctx context.Context, rdb redis.UniversalClient, rules ...*event.R
 // Stream returns the stream key the sink writes to.
 func (s *StreamSink) Stream() string { return s.stream }
 
-// Write sends events with one XADD. Only a batch over entryBytes of
-// encoding or event.MaxBatchEvents events is split over several entries. Events must respect event.MaxStringLen; the Emitter drops
-// those that do not before they reach a sink.
+// Write sends events with one XADD. Only a batch over event.EntryBytes of
+// encoding or event.MaxBatchEvents events is split over several entries.
+// Events must respect event.MaxStringLen; the Emitter drops those that do
+// not before they reach a sink.
 func (s *StreamSink) Write(ctx context.Context, events []event.Event) error {
 	if len(events) == 0 {
 		return nil
@@ -141,16 +142,8 @@ type packedEntry struct{ start, end, xstart, xend, n int }
 
 func (pb *packBuf) reset() { pb.b, pb.x, pb.entries = pb.b[:0], pb.x[:0], pb.entries[:0] }
 
-// entryBytes bounds one packed entry's batch (an event longer than that
-// goes alone), well below the decoder's event.MaxBatchBytes: an XADD holds
-// Redis some 3.7 ns per byte on a stream that still grows, so 256 KiB is
-// about 1 ms. The emitter's default batch of 2048 events with 30-byte keys
-// is 149 kB, one entry; with keys of a kilobyte it would be 2 MB and hold
-// Redis for some 8 ms (issue 28).
-const entryBytes = 256 << 10
-
 // pack appends events as packed entries, starting a new entry where one
-// would pass entryBytes or event.MaxBatchEvents.
+// would pass event.EntryBytes or event.MaxBatchEvents.
 func (pb *packBuf) pack(events []event.Event) {
 	if len(events) == 0 {
 		return
@@ -161,7 +154,7 @@ func (pb *packBuf) pack(events []event.Event) {
 		mark, xmark := len(pb.b), len(pb.x)
 		pb.b = event.AppendPacked(pb.b, &events[i], prev)
 		pb.x = event.AppendExt(pb.x, i-first, &events[i])
-		if i > first && (len(pb.b)-start > entryBytes || i-first == event.MaxBatchEvents) {
+		if i > first && (len(pb.b)-start > event.EntryBytes || i-first == event.MaxBatchEvents) {
 			// Events i... start the next entry, with TS deltas restarting
 			// from 0 and extension indexes from the entry's first event:
 			// re-encode event i after the entry just closed.

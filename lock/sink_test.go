@@ -54,7 +54,7 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 	stream := redistest.KeyPrefix(t) + "events"
 	t.Cleanup(func() { rdb.Del(context.Background(), stream) })
 	s := NewStreamSink(rdb, stream, 0)
-	// 200 events of ~60 kB: 12 MB, four to an entry of at most entryBytes.
+	// 200 events of ~60 kB: 12 MB, four to an entry of at most event.EntryBytes.
 	var want []event.Event
 	for i := range 200 {
 		// Every event has a trace id: the second entry's extension must
@@ -71,8 +71,8 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 		t.Errorf("12 MB of events made %d entries, want 50", len(msgs))
 	}
 	for _, m := range msgs {
-		if b := m.Values[event.FieldBatch].(string); len(b) > entryBytes {
-			t.Errorf("entry %s batch is %d bytes, over entryBytes %d", m.ID, len(b), entryBytes)
+		if b := m.Values[event.FieldBatch].(string); len(b) > event.EntryBytes {
+			t.Errorf("entry %s batch is %d bytes, over event.EntryBytes %d", m.ID, len(b), event.EntryBytes)
 		}
 	}
 	if !cmp.Equal(want, got) {
@@ -82,7 +82,7 @@ func TestStreamSinkSplitsOversizedBatches(t *testing.T) {
 
 // TestStreamSinkEntryBytes checks the emitter's default batch of 2048
 // events with short keys goes as one entry, and that an event longer than
-// entryBytes goes alone rather than being refused.
+// event.EntryBytes goes alone rather than being refused.
 func TestStreamSinkEntryBytes(t *testing.T) {
 	rdb := redistest.Shared(t).Client(t)
 	stream := redistest.KeyPrefix(t) + "events"
