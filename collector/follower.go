@@ -46,7 +46,7 @@ type Options struct {
 	Partition, Partitions int
 	// Replica names this collector among the replicas reading the stream:
 	// each replica reads every event through its own consumer group
-	// (ReplicaGroupPrefix + Replica) and rebuilds its picture at start (see
+	// (replicaGroupPrefix + Replica) and rebuilds its picture at start (see
 	// rebuild.go). "" means the hostname. Two live processes with the same
 	// name would split the stream: the second one refuses to read (its
 	// health says why) until the first one is gone.
@@ -113,7 +113,7 @@ func (o Options) withDefaults() Options {
 		o.Replica = host
 	}
 	if o.Group == "" {
-		o.Group = ReplicaGroupPrefix + o.Replica
+		o.Group = replicaGroupPrefix + o.Replica
 		if o.Consumer == "" {
 			o.Consumer = o.Replica
 		}

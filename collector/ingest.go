@@ -467,7 +467,7 @@ func (c *Follower) forgetStaleReplicas(ctx context.Context) {
 		return
 	}
 	for name := range groups {
-		if name == c.opt.Group || !strings.HasPrefix(name, ReplicaGroupPrefix) {
+		if name == c.opt.Group || !strings.HasPrefix(name, replicaGroupPrefix) {
 			continue
 		}
 		cs, err := c.rdb.XInfoConsumers(ctx, c.opt.Stream, name).Result()

@@ -145,7 +145,7 @@ func benchmarkIngest(b *testing.B, keys int, replay bool) {
 		}
 		group := name
 		if replay {
-			group = ReplicaGroupPrefix + name
+			group = replicaGroupPrefix + name
 			rdb.Del(ctx, PresenceKey(p.stream, name), CheckpointKey(p.stream))
 		}
 		rdb.XGroupDestroy(ctx, p.stream, group)

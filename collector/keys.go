@@ -13,9 +13,9 @@ import "strings"
 //	<stream>:incidents            IncidentsKey
 //	<stream>:lockorder            LockOrderKey
 //	<stream>:replica:<replica>    PresenceKey
-//	<stream>:watcher              WatcherKey
+//	<stream>:watcher              watcherKey
 //	<stream>:watcher:fence...     watcherFenceKey
-//	lockscope:replica:<replica>   ReplicaGroupPrefix (a consumer group's
+//	lockscope:replica:<replica>   replicaGroupPrefix (a consumer group's
 //	                              name, not a key)
 //
 // The library's keys live with the library, since the collector imports it
@@ -25,8 +25,8 @@ import "strings"
 // The demo workload's account balances are its own
 // (cmd/lockscope/internal/workload, balanceKey).
 
-// ReplicaGroupPrefix starts the name of every replica's own consumer group.
-const ReplicaGroupPrefix = "lockscope:replica:"
+// replicaGroupPrefix starts the name of every replica's own consumer group.
+const replicaGroupPrefix = "lockscope:replica:"
 
 // PresenceKey is the key a live replica of stream keeps fresh.
 func PresenceKey(stream, replica string) string { return stream + ":replica:" + replica }
@@ -42,10 +42,10 @@ func IncidentsKey(stream string) string { return stream + ":incidents" }
 // hash of edge id to record.
 func LockOrderKey(stream string) string { return stream + ":lockorder" }
 
-// WatcherKey is the key of the watcher lease of the replicas reading stream
+// watcherKey is the key of the watcher lease of the replicas reading stream
 // (the first partition's stream): a lock of lockscope's own library held by
 // the replica that follows the Watch patterns.
-func WatcherKey(stream string) string { return stream + ":watcher" }
+func watcherKey(stream string) string { return stream + ":watcher" }
 
 // watcherFenceKey keeps the highest watcher fence that wrote to stream. It
 // lives in the stream's Redis Cluster hash slot, since one script reads it

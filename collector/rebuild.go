@@ -12,7 +12,7 @@ import (
 // Replicas and restarts.
 //
 // Every replica reads the whole stream through a consumer group of its own,
-// ReplicaGroupPrefix + its replica name, so any number of replicas show the
+// replicaGroupPrefix + its replica name, so any number of replicas show the
 // same picture (a shared group would split the stream: each replica would
 // see a lock's acquire without its release). At start a replica rebuilds its
 // picture from what Redis holds before it reads new entries:

@@ -16,7 +16,7 @@ import (
 // The watcher lease: one replica at a time follows other libraries' locks.
 //
 // Every replica started with Watch patterns competes for the watcher lease,
-// a lock of lockscope's own library (WatcherKey): fenced, renewed every
+// a lock of lockscope's own library (watcherKey): fenced, renewed every
 // second while held, and lost, its context cancelled, when a renewal cannot
 // land before its TTL runs out. The holder watches; the others only read
 // the stream. What the holder sees becomes passive events on the stream (the
@@ -48,7 +48,7 @@ const (
 // it holds it.
 func (c *Follower) lead(ctx context.Context, nodes []watchNode) {
 	lc := lock.New(c.rdb, &lock.Options{Owner: "lockscope/" + c.opt.Replica})
-	key := WatcherKey(c.opt.Stream)
+	key := watcherKey(c.opt.Stream)
 	opt := &lock.ObtainOptions{Fencing: true, Retry: lock.LinearBackoff(leaseRetry)}
 	var bo backoff
 	var failing string

@@ -147,7 +147,7 @@ func (w *passiveWatcher) isLock(r *reading) bool {
 		return false // the collector's keys and fence counters
 	}
 	i := w.patternOf(r.key)
-	if i >= 0 && w.rules[i].kind == WatchSemaphore {
+	if i >= 0 && w.rules[i].kind == watchSemaphore {
 		return false // a semaphore's counter: the dashboard reads it
 	}
 	if r.hash {
@@ -164,9 +164,9 @@ func (w *passiveWatcher) isLock(r *reading) bool {
 		return true
 	}
 	switch w.rules[i].kind {
-	case WatchAny:
+	case watchAny:
 		return true
-	case WatchTTL:
+	case watchTTL:
 		return r.pttl >= 0
 	}
 	return false

@@ -28,15 +28,15 @@ import (
 //	           Redis (SemaphoreMatcher); the watcher takes none of its keys
 //	           for a lock, whatever they hold
 const (
-	WatchTTL       = "ttl"
-	WatchAny       = "any"
-	WatchSemaphore = "semaphore"
+	watchTTL       = "ttl"
+	watchAny       = "any"
+	watchSemaphore = "semaphore"
 )
 
 // watchRule is one parsed Watch entry.
 type watchRule struct {
 	pattern string
-	kind    string // "", WatchTTL or WatchAny
+	kind    string // "", watchTTL or watchAny
 	named   bool   // the pattern has literal text: it names a family of keys (see above)
 }
 
@@ -76,13 +76,13 @@ func ParseWatch(s string) (pattern, kind string, err error) {
 	}
 	k := s[i+1:]
 	switch {
-	case k == WatchTTL || k == WatchAny || k == WatchSemaphore:
+	case k == watchTTL || k == watchAny || k == watchSemaphore:
 		if i == 0 {
 			return "", "", fmt.Errorf("watch rule %q has no pattern before =%s", s, k)
 		}
 		return s[:i], k, nil
 	case k == "" || isWord(k):
-		return "", "", fmt.Errorf("watch rule %q: unknown kind %q after '=' (known: %s for any value with a TTL, %s for any value, %s for Redisson semaphores; none: known libraries' tokens only). A pattern with a '=' of its own writes it \\=", s, k, WatchTTL, WatchAny, WatchSemaphore)
+		return "", "", fmt.Errorf("watch rule %q: unknown kind %q after '=' (known: %s for any value with a TTL, %s for any value, %s for Redisson semaphores; none: known libraries' tokens only). A pattern with a '=' of its own writes it \\=", s, k, watchTTL, watchAny, watchSemaphore)
 	}
 	return s, "", nil
 }
@@ -97,7 +97,7 @@ func isWord(s string) bool {
 }
 
 // watchRules parses Options.Watch, deduplicated by pattern (the first one
-// of a pattern wins); noTTL gives the rules without a kind WatchAny.
+// of a pattern wins); noTTL gives the rules without a kind watchAny.
 // Entries that do not parse (New has no error to return: the command line
 // checks them first) are taken as patterns whole.
 func watchRules(entries []string, noTTL bool) []watchRule {
@@ -113,7 +113,7 @@ func watchRules(entries []string, noTTL bool) []watchRule {
 		}
 		seen[p] = true
 		if k == "" && noTTL {
-			k = WatchAny
+			k = watchAny
 		}
 		out = append(out, watchRule{pattern: p, kind: k, named: namesKeys(p)})
 	}
@@ -122,16 +122,16 @@ func watchRules(entries []string, noTTL bool) []watchRule {
 
 // SemaphoreMatcher reports, for the Watch entries, whether a key is a
 // Redisson semaphore's: the first entry whose pattern matches it (as the
-// watcher picks one) has the kind WatchSemaphore. nil when no entry has.
+// watcher picks one) has the kind watchSemaphore. nil when no entry has.
 func SemaphoreMatcher(entries []string) func(key string) bool {
 	rules := watchRules(entries, false)
-	if !slices.ContainsFunc(rules, func(r watchRule) bool { return r.kind == WatchSemaphore }) {
+	if !slices.ContainsFunc(rules, func(r watchRule) bool { return r.kind == watchSemaphore }) {
 		return nil
 	}
 	return func(key string) bool {
 		for _, r := range rules {
 			if class.Match(r.pattern, key) {
-				return r.kind == WatchSemaphore
+				return r.kind == watchSemaphore
 			}
 		}
 		return false

@@ -164,12 +164,12 @@ type Aggregator struct {
 	recentOverlaps overlapRing
 }
 
-// MaxDroppedReport is the most one dropped event counts: a million events
+// maxDroppedReport is the most one dropped event counts: a million events
 // a second dropped for 12 days. An emitter reports the events it dropped
 // since its last report; a count beyond this one is forged or corrupt, and
 // would make lockscope_events_dropped_total meaningless (one report of 2^63-1
 // took it to 9.2e18), so it counts this much.
-const MaxDroppedReport = 1 << 40
+const maxDroppedReport = 1 << 40
 
 const (
 	applyChunk  = 512  // events applied per hold of mu

@@ -49,7 +49,7 @@ func (a *Aggregator) applyHashedLocked(e *event.Event, h uint64, now int64) {
 	}
 	if e.Type == event.Dropped {
 		if e.Count > 0 {
-			n := min(e.Count, MaxDroppedReport)
+			n := min(e.Count, maxDroppedReport)
 			a.dropped = min(a.dropped, math.MaxInt64-n) + n
 			if !a.muted {
 				a.tot.Dropped.Add(float64(n))

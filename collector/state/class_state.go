@@ -75,8 +75,8 @@ func (a *Aggregator) namedClassLocked(name []byte, user bool) *classState {
 	if c, ok := a.classes[string(name)]; ok {
 		return c
 	}
-	if string(name) == OtherClass || (!user && a.derived >= a.cfg.MaxClasses) {
-		return a.classLocked(OtherClass)
+	if string(name) == otherClass || (!user && a.derived >= a.cfg.MaxClasses) {
+		return a.classLocked(otherClass)
 	}
 	if !user {
 		a.derived++

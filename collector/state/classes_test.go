@@ -30,10 +30,10 @@ func TestClassRulesAndCap(t *testing.T) {
 		{"a:1", "a:*"},
 		{"b:1", "b:*"},
 		{"c:1", "c:*"},
-		{"d:1", OtherClass}, // fourth derived class: over the cap
+		{"d:1", otherClass}, // fourth derived class: over the cap
 		{"a:2", "a:*"},      // known classes stay
 		{"payment:x", "payment:*"},
-		{"other", OtherClass},
+		{"other", otherClass},
 		{"tenant:beta:billing", "billing"}, // rule classes are not capped
 	}
 	for _, tc := range tests {

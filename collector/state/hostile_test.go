@@ -46,7 +46,7 @@ func TestTTLNearMaxDoesNotWrap(t *testing.T) {
 	}
 }
 
-// A dropped event counts at most MaxDroppedReport: a forged count of 2^63-1
+// A dropped event counts at most maxDroppedReport: a forged count of 2^63-1
 // neither sets lockscope_events_dropped_total to 9.2e18 nor, twice, wraps
 // the overview's sum negative.
 func TestDroppedReportClamped(t *testing.T) {
@@ -56,7 +56,7 @@ func TestDroppedReportClamped(t *testing.T) {
 	small := d
 	small.Count = 42
 	agg.Apply([]event.Event{d, d, small})
-	want := int64(2*MaxDroppedReport + 42)
+	want := int64(2*maxDroppedReport + 42)
 	if got := tallyOf(agg).get("dropped", ""); got != float64(want) {
 		t.Errorf("events_dropped_total = %v, want %v", got, float64(want))
 	}

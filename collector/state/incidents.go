@@ -52,8 +52,8 @@ const (
 	// holder, operator and reason and ten minutes (a release of every
 	// lock of an owner is one incident); ended_by forced.
 	IncidentForced IncidentKind = "forced"
-	// IncidentWaitQueue: WaitQueueMin or more callers waited for one key
-	// and the longest for WaitQueueAfter. Owners are the holders they
+	// IncidentWaitQueue: waitQueueMin or more callers waited for one key
+	// and the longest for waitQueueAfter. Owners are the holders they
 	// waited for; it ends (drained) when fewer wait.
 	IncidentWaitQueue IncidentKind = "wait_queue"
 	// IncidentReleaseRequest: an operator asked a holder to release
@@ -84,14 +84,14 @@ const (
 	EndedCanceled  = "canceled"   // a wait was canceled
 	EndedFailed    = "failed"     // a wait failed (Redis error)
 	EndedAcquired  = "acquired"   // a waiter obtained its lock
-	EndedDrained   = "drained"    // the queue fell under WaitQueueMin
+	EndedDrained   = "drained"    // the queue fell under waitQueueMin
 	EndedResolved  = "resolved"   // a deadlock's cycle came apart without a member's wait ending (a lock it held expired)
 )
 
 // Wait queue thresholds: the per-key form of LockWaitQueueBuilding.
 const (
-	WaitQueueMin   = 3
-	WaitQueueAfter = 30 * time.Second
+	waitQueueMin   = 3
+	waitQueueAfter = 30 * time.Second
 )
 
 // incidentBucket groups forced releases and expirations into one incident.

@@ -145,10 +145,10 @@ type openQueue struct {
 	owners []string // the holders its waiters waited for, as recorded
 }
 
-// queueIncidentsLocked opens an incident for each key where WaitQueueMin
-// or more callers wait and the longest has waited WaitQueueAfter, and ends
-// those whose queue fell under WaitQueueMin. qs are the queues of
-// WaitQueueMin or more waiters now; clock is the event clock.
+// queueIncidentsLocked opens an incident for each key where waitQueueMin
+// or more callers wait and the longest has waited waitQueueAfter, and ends
+// those whose queue fell under waitQueueMin. qs are the queues of
+// waitQueueMin or more waiters now; clock is the event clock.
 func (a *Aggregator) queueIncidentsLocked(qs []keyQueue, clock int64) {
 	byKey := make(map[string]keyQueue, len(qs))
 	for _, q := range qs {
@@ -162,7 +162,7 @@ func (a *Aggregator) queueIncidentsLocked(qs []keyQueue, clock int64) {
 	}
 	keys := make([]string, 0, len(byKey))
 	for key, q := range byKey {
-		if clock-q.since >= int64(WaitQueueAfter) {
+		if clock-q.since >= int64(waitQueueAfter) {
 			keys = append(keys, key)
 		}
 	}
@@ -175,7 +175,7 @@ func (a *Aggregator) queueIncidentsLocked(qs []keyQueue, clock int64) {
 		switch {
 		case !open:
 			q = openQueue{id: incidentID(IncidentWaitQueue, key, kq.first),
-				start: max(kq.since+int64(WaitQueueAfter), kq.minthAt)}
+				start: max(kq.since+int64(waitQueueAfter), kq.minthAt)}
 		case !held || slices.Contains(q.owners, holder):
 			continue // recorded already
 		}

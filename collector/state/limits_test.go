@@ -173,12 +173,12 @@ func TestByteBudgetEvicts(t *testing.T) {
 	}
 }
 
-// Blocking lists at most MaxBlocking holders and cycles, those with the
+// Blocking lists at most maxBlocking holders and cycles, those with the
 // most waiters first, and counts them all.
 func TestBlockingBounded(t *testing.T) {
 	agg, clk := newTestAggregator(t, Config{})
 	clk.Set(aggT0.Add(time.Minute))
-	const keys = 3 * MaxBlocking
+	const keys = 3 * maxBlocking
 	var evs []event.Event
 	for i := range keys {
 		a, b := fmt.Sprint("a", i), fmt.Sprint("b", i)
@@ -196,17 +196,17 @@ func TestBlockingBounded(t *testing.T) {
 	}
 	agg.Apply(evs)
 	bl := agg.Blocking()
-	if len(bl.Holders) != MaxBlocking || bl.HoldersTotal != 2*keys {
-		t.Errorf("Blocking lists %d holders of %d, want %d of %d", len(bl.Holders), bl.HoldersTotal, MaxBlocking, 2*keys)
+	if len(bl.Holders) != maxBlocking || bl.HoldersTotal != 2*keys {
+		t.Errorf("Blocking lists %d holders of %d, want %d of %d", len(bl.Holders), bl.HoldersTotal, maxBlocking, 2*keys)
 	}
 	if bl.Holders[0].Waiters != 5 || bl.Holders[len(bl.Holders)-1].Waiters < 1 {
 		t.Errorf("holders by waiters: first %d, last %d; want 5 first", bl.Holders[0].Waiters, bl.Holders[len(bl.Holders)-1].Waiters)
 	}
-	if len(bl.Cycles) != MaxBlocking || bl.CyclesTotal != keys {
-		t.Errorf("Blocking lists %d cycles of %d, want %d of %d", len(bl.Cycles), bl.CyclesTotal, MaxBlocking, keys)
+	if len(bl.Cycles) != maxBlocking || bl.CyclesTotal != keys {
+		t.Errorf("Blocking lists %d cycles of %d, want %d of %d", len(bl.Cycles), bl.CyclesTotal, maxBlocking, keys)
 	}
-	if len(bl.Chains) > 2*MaxBlocking {
-		t.Errorf("Blocking lists %d chains, want at most %d", len(bl.Chains), 2*MaxBlocking)
+	if len(bl.Chains) > 2*maxBlocking {
+		t.Errorf("Blocking lists %d chains, want at most %d", len(bl.Chains), 2*maxBlocking)
 	}
 }
 

@@ -38,7 +38,7 @@ import (
 //
 // Memory: at most MaxOrderEdges edges, each with at most MaxOrderOwners
 // owners (strings the state keeps anyway, cut at MaxTextBytes) and one key
-// pair (at most 2 × MaxKeyBytes): under 4 MB in all; at most MaxOrderHolds
+// pair (at most 2 × MaxKeyBytes): under 4 MB in all; at most maxOrderHolds
 // holds known by lease and maxOrderHoldBytes of their strings (16 MiB); at
 // most maxOrderPending acquisitions waiting for their held lease; at most
 // maxInversions cycles.
@@ -55,11 +55,11 @@ const (
 	// MaxOrderEdges is the most edges the graph keeps; LockOrder.Dropped
 	// counts the acquisitions of orders beyond.
 	MaxOrderEdges = 1024
-	// MaxOrderHolds is the most holds the graph knows by lease (an
+	// maxOrderHolds is the most holds the graph knows by lease (an
 	// acquisition's key and class, kept until its end or expiry and
 	// orderHoldGrace after): past it, an acquisition under a hold it does
 	// not know makes no edge. Aggregator.LockOrderHolds says how many now.
-	MaxOrderHolds = 1 << 17
+	maxOrderHolds = 1 << 17
 
 	maxOrderHoldBytes = 16 << 20
 	orderHoldCost     = 96 // bytes of a hold besides its lease and key: map slot, struct, string headers
@@ -219,14 +219,14 @@ func (o *lockOrder) acquiredLocked(e *event.Event, class, key, owner, lease stri
 		o.mu.Unlock()
 	}
 	cost := orderHoldCost + len(lease) + len(key)
-	if len(o.holds) >= MaxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
+	if len(o.holds) >= maxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
 		// Full: prune now, but at most once a second of event time (a
 		// pass over every hold), so a full map of holds that never end
 		// costs each acquisition nothing more.
 		if ts-o.lastPrune >= int64(time.Second) {
 			o.pruneLocked(ts)
 		}
-		if len(o.holds) >= MaxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
+		if len(o.holds) >= maxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
 			return // acquisitions under this hold will make no edge
 		}
 	}
@@ -242,7 +242,7 @@ func (o *lockOrder) acquiredLocked(e *event.Event, class, key, owner, lease stri
 // observeLocked counts one acquisition of key (of class to) by owner at ts
 // while holding h. Called with o.mu held.
 func (o *lockOrder) observeLocked(h orderHold, to, key, owner string, ts int64) {
-	if h.class == to || h.class == OtherClass || to == OtherClass || h.class == "" || to == "" {
+	if h.class == to || h.class == otherClass || to == otherClass || h.class == "" || to == "" {
 		return
 	}
 	p := orderPair{h.class, to}
@@ -356,7 +356,7 @@ func (a *Aggregator) RestoreLockOrder(edges []OrderEdge) {
 	defer o.mu.Unlock()
 	for _, r := range edges {
 		last, first := r.LastSeen.UnixNano(), r.FirstSeen.UnixNano()
-		if r.From == r.To || r.From == "" || r.To == "" || r.From == OtherClass || r.To == OtherClass ||
+		if r.From == r.To || r.From == "" || r.To == "" || r.From == otherClass || r.To == otherClass ||
 			len(r.From) > MaxKeyBytes || len(r.To) > MaxKeyBytes || last < cutoff || r.Count <= 0 {
 			continue
 		}

@@ -345,7 +345,7 @@ func TestLockOrderRestore(t *testing.T) {
 	re.RestoreLockOrder([]OrderEdge{got,
 		{From: "old:*", To: "older:*", Count: 5, FirstSeen: aggT0.Add(-3 * time.Hour), LastSeen: aggT0.Add(-2 * time.Hour)},
 		{From: "self:*", To: "self:*", Count: 5, FirstSeen: aggT0, LastSeen: aggT0},
-		{From: OtherClass, To: "self:*", Count: 5, FirstSeen: aggT0, LastSeen: aggT0}})
+		{From: otherClass, To: "self:*", Count: 5, FirstSeen: aggT0, LastSeen: aggT0}})
 	// The stream replayed: the two acquisitions the store counted, and a
 	// third after them.
 	re.Apply([]event.Event{nested("order:1", "svc-a", "A1", s), nested("inventory:1", "svc-a", "A2", s, "A1"),
@@ -359,7 +359,7 @@ func TestLockOrderRestore(t *testing.T) {
 }
 
 // Whatever a stream writer sends, the graph's bookkeeping stays bounded:
-// holds that never end and have no TTL stop at MaxOrderHolds, acquisitions
+// holds that never end and have no TTL stop at maxOrderHolds, acquisitions
 // listing leases nobody acquired at maxOrderPending.
 func TestLockOrderHostileBounded(t *testing.T) {
 	agg, clk := newTestAggregator(t, Config{})
@@ -369,7 +369,7 @@ func TestLockOrderHostileBounded(t *testing.T) {
 		junk[i] = fmt.Sprintf("%016x", i)
 	}
 	evs := make([]event.Event, 0, 4096)
-	for i := range MaxOrderHolds + 5000 {
+	for i := range maxOrderHolds + 5000 {
 		e := ev(event.Acquired, fmt.Sprint("k:", i), "svc", fmt.Sprint("L", i), time.Second)
 		e.Reason = event.JoinLeases(junk)
 		evs = append(evs, e)
@@ -382,8 +382,8 @@ func TestLockOrderHostileBounded(t *testing.T) {
 	agg.order.mu.Lock()
 	holds, pending, bytes := len(agg.order.holds), len(agg.order.pending), agg.order.holdBytes
 	agg.order.mu.Unlock()
-	if holds != MaxOrderHolds || pending != maxOrderPending || bytes > maxOrderHoldBytes {
-		t.Errorf("holds %d (%d bytes), pending %d; want %d (at most %d bytes) and %d", holds, bytes, pending, MaxOrderHolds, maxOrderHoldBytes, maxOrderPending)
+	if holds != maxOrderHolds || pending != maxOrderPending || bytes > maxOrderHoldBytes {
+		t.Errorf("holds %d (%d bytes), pending %d; want %d (at most %d bytes) and %d", holds, bytes, pending, maxOrderHolds, maxOrderHoldBytes, maxOrderPending)
 	}
 	if got := agg.LockOrderHolds(); got != holds {
 		t.Errorf("LockOrderHolds() = %d, want the %d holds the graph keeps", got, holds)

@@ -459,7 +459,7 @@ func (a *Aggregator) Lock(key string) (KeyDetail, bool) {
 	s := k.statsView(&tmp)
 	d.Wait, d.Hold = s.wait.export(), s.hold.export()
 	d.AcquireSeries = s.series(now)
-	for _, x := range a.waits.keyWaiters(key, MaxWaitersNow) {
+	for _, x := range a.waits.keyWaiters(key, maxWaitersNow) {
 		d.WaitersNow = append(d.WaitersNow, x.export())
 	}
 	return d, true
@@ -580,7 +580,7 @@ func (a *Aggregator) Blocking() Blocking {
 		}
 		return strings.Compare(x.Key, y.Key)
 	})
-	b.Holders = b.Holders[:min(len(b.Holders), MaxBlocking)]
+	b.Holders = b.Holders[:min(len(b.Holders), maxBlocking)]
 	for i := range ws {
 		if pointedAt[i] || g.next[i] < 0 {
 			continue // not the head of a chain of two or more waiting calls
@@ -600,10 +600,10 @@ func (a *Aggregator) Blocking() Blocking {
 		b.Chains = append(b.Chains, c)
 	}
 	slices.SortStableFunc(b.Chains, func(x, y Chain) int { return cmp.Compare(len(y.Links), len(x.Links)) })
-	b.Chains = b.Chains[:min(len(b.Chains), MaxBlocking)]
+	b.Chains = b.Chains[:min(len(b.Chains), maxBlocking)]
 	cycles := g.cycles()
 	b.CyclesTotal = len(cycles)
-	for _, c := range cycles[:min(len(cycles), MaxBlocking)] {
+	for _, c := range cycles[:min(len(cycles), maxBlocking)] {
 		b.Cycles = append(b.Cycles, g.cycleOf(c))
 		ch := Chain{Cycle: true}
 		for _, j := range c {
@@ -693,7 +693,7 @@ func (a *Aggregator) LastEvent() time.Time {
 func (a *Aggregator) TrackedKeys() int { return int(a.tracked.Load()) }
 
 // LockOrderHolds returns the holds the lock-order graph knows by lease now
-// (at most MaxOrderHolds): every acquisition's, until its end or expiry
+// (at most maxOrderHolds): every acquisition's, until its end or expiry
 // and 30 s after. At the bound, an acquisition under a hold it does not
 // know makes no edge.
 func (a *Aggregator) LockOrderHolds() int { return int(a.order.holdCount.Load()) }

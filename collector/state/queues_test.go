@@ -30,12 +30,12 @@ func TestQueuesOfMatchesSortedWaiters(t *testing.T) {
 			byKey[x.key] = append(byKey[x.key], x)
 		}
 		for key, ws := range byKey {
-			if len(ws) >= WaitQueueMin {
-				want[key] = keyQueue{key: key, n: len(ws), first: ws[0].lease, since: ws[0].since, minthAt: ws[WaitQueueMin-1].since}
+			if len(ws) >= waitQueueMin {
+				want[key] = keyQueue{key: key, n: len(ws), first: ws[0].lease, since: ws[0].since, minthAt: ws[waitQueueMin-1].since}
 			}
 		}
 		got := map[string]keyQueue{}
-		for _, q := range w.queuesOf(WaitQueueMin) {
+		for _, q := range w.queuesOf(waitQueueMin) {
 			got[q.key] = q
 		}
 		if len(got) != len(want) {

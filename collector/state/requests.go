@@ -12,7 +12,7 @@ import (
 // event), and the state follows the hold asked until it answers. The rule,
 // in one sentence: a request is released if its hold is then released by
 // its holder, forced if an operator force-releases it, and ignored if the
-// hold ends otherwise (expired, lost) or is still held RequestPatience
+// hold ends otherwise (expired, lost) or is still held requestPatience
 // after the request's grace ran out. Each hold asked is counted once
 // (lockscope_release_requests_total{class,outcome}) and is one incident
 // (IncidentReleaseRequest) from the first request to the answer: "asked at
@@ -37,16 +37,16 @@ const (
 // answer: its hold ended otherwise, or outlasted the request's patience.
 const EndedIgnored = "ignored"
 
-// RequestPatience is how long after its grace (after the request itself,
+// requestPatience is how long after its grace (after the request itself,
 // without one) a release request waits for its answer before it counts as
 // ignored.
-const RequestPatience = 5 * time.Minute
+const requestPatience = 5 * time.Minute
 
-// MaxPendingRequests bounds the release requests awaiting an answer: one
+// maxPendingRequests bounds the release requests awaiting an answer: one
 // more decides the oldest as ignored. Each keeps its key, lease, owner and
 // detail (cut to the limits of limits.go: at most about 2 kB), so pending
 // requests hold at most some 2 MB whatever a stream writer sends.
-const MaxPendingRequests = 1024
+const maxPendingRequests = 1024
 
 // pendingRequest is a hold asked to release that has not answered.
 type pendingRequest struct {
@@ -65,7 +65,7 @@ func (a *Aggregator) requestedLocked(k *keyState, e *event.Event, lease, owner, 
 	if lease == "" {
 		return // no hold to follow: the event is in the key's recent events only
 	}
-	due := after(after(ts, max(e.Wait, 0)), RequestPatience)
+	due := after(after(ts, max(e.Wait, 0)), requestPatience)
 	rk := requestKey(k.key, lease)
 	if p, ok := a.requests[rk]; ok {
 		p.due = max(p.due, due) // asked again: the patience runs from the latest
@@ -88,7 +88,7 @@ func (a *Aggregator) requestedLocked(k *keyState, e *event.Event, lease, owner, 
 	if a.requests == nil {
 		a.requests = make(map[string]*pendingRequest)
 	}
-	if len(a.requests) >= MaxPendingRequests {
+	if len(a.requests) >= maxPendingRequests {
 		var oldest *pendingRequest
 		for _, q := range a.requests {
 			if oldest == nil || q.at < oldest.at {

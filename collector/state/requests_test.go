@@ -55,12 +55,12 @@ func TestReleaseRequests(t *testing.T) {
 	})
 	// The event clock runs 10 s behind the collector's here: the newest
 	// event (ask+30s) was applied at ask+40s.
-	clk.Set(at(ask + 40*time.Second + RequestPatience - time.Second))
+	clk.Set(at(ask + 40*time.Second + requestPatience - time.Second))
 	a.Tick()
 	if open := openOf(log.of(IncidentReleaseRequest)); len(open) != 1 || open[0].Keys[0] != "wf:3" {
 		t.Fatalf("open release requests before the patience runs out = %+v, want wf:3's", open)
 	}
-	clk.Set(at(ask + 40*time.Second + RequestPatience))
+	clk.Set(at(ask + 40*time.Second + requestPatience))
 	a.Tick()
 
 	want := []Incident{
@@ -68,7 +68,7 @@ func TestReleaseRequests(t *testing.T) {
 			Detail: "asked by bob: I need to edit it; grace 30s; heard by 1 listener", Count: 1},
 		{Kind: IncidentReleaseRequest, Keys: []string{"wf:2"}, Owners: []string{"B"}, Start: at(ask), End: at(ask + 30*time.Second), EndedBy: "forced",
 			Detail: "asked by bob; grace 30s; heard by 1 listener", Count: 1},
-		{Kind: IncidentReleaseRequest, Keys: []string{"wf:3"}, Owners: []string{"C"}, Start: at(ask), End: at(ask + 30*time.Second + RequestPatience), EndedBy: "ignored",
+		{Kind: IncidentReleaseRequest, Keys: []string{"wf:3"}, Owners: []string{"C"}, Start: at(ask), End: at(ask + 30*time.Second + requestPatience), EndedBy: "ignored",
 			Detail: "asked by bob; grace 30s; heard by 1 listener", Count: 1},
 		{Kind: IncidentReleaseRequest, Keys: []string{"wf:4"}, Owners: []string{"D"}, Start: at(ask), End: at(ask + 20*time.Second), EndedBy: "ignored",
 			Detail: "asked by bob; nobody heard it (the holder does not listen)", Count: 1},
@@ -126,15 +126,15 @@ func TestReleaseRequestsBounded(t *testing.T) {
 	a, clk := newTestAggregator(t, Config{})
 	clk.Set(at(time.Minute))
 	var evs []event.Event
-	for i := range MaxPendingRequests + 10 {
+	for i := range maxPendingRequests + 10 {
 		key := "k:" + strconv.Itoa(i)
 		lease := "L" + strconv.Itoa(i)
 		evs = append(evs, acquired(key, "o", lease, 0, 0, 1, time.Hour),
 			requested(key, "o", lease, time.Duration(i)*time.Millisecond, "bob", "", time.Hour, 1))
 	}
 	a.Apply(evs)
-	if n := len(a.requests); n != MaxPendingRequests {
-		t.Errorf("pending requests = %d, want %d", n, MaxPendingRequests)
+	if n := len(a.requests); n != maxPendingRequests {
+		t.Errorf("pending requests = %d, want %d", n, maxPendingRequests)
 	}
 	if got := tallyOf(a).get("release_requests_ignored", "k:*"); got != 10 {
 		t.Errorf("requests decided ignored to make room = %v, want 10", got)

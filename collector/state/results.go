@@ -191,12 +191,12 @@ type KeyDetail struct {
 	Recent        []event.Event // newest first, bounded
 	AcquireSeries []float64     // per SeriesStep, oldest first
 	SeriesStep    time.Duration
-	WaitersNow    []Waiter // callers waiting for the key now, oldest first: at most MaxWaitersNow (Waiters counts them all)
+	WaitersNow    []Waiter // callers waiting for the key now, oldest first: at most maxWaitersNow (Waiters counts them all)
 }
 
-// MaxWaitersNow bounds KeyDetail.WaitersNow: a key page lists the oldest
+// maxWaitersNow bounds KeyDetail.WaitersNow: a key page lists the oldest
 // waiters, and says how many there are.
-const MaxWaitersNow = 100
+const maxWaitersNow = 100
 
 // Waiter is a caller waiting for a lock now.
 type Waiter struct {
@@ -212,20 +212,20 @@ type Waiter struct {
 	Trace event.TraceID // the waiting call's trace; zero if none
 }
 
-// Blocking is who blocks whom now. Its lists are bounded (MaxBlocking):
+// Blocking is who blocks whom now. Its lists are bounded (maxBlocking):
 // a page that shows them stays small whatever the stream carries.
 type Blocking struct {
 	At           time.Time
-	Holders      []BlockingHolder // by waiters, then wait-seconds, most first: the first MaxBlocking
+	Holders      []BlockingHolder // by waiters, then wait-seconds, most first: the first maxBlocking
 	HoldersTotal int              // keys with waiters
 	Chains       []Chain          // the longest waiting chains (A waits on B waits on C), longest first, then the cycles'
-	Cycles       []Cycle          // deadlocks: waiting chains that close on themselves, the first MaxBlocking
+	Cycles       []Cycle          // deadlocks: waiting chains that close on themselves, the first maxBlocking
 	CyclesTotal  int
 	Waiters      int
 }
 
-// MaxBlocking bounds the holders, chains and cycles Blocking lists.
-const MaxBlocking = 50
+// maxBlocking bounds the holders, chains and cycles Blocking lists.
+const maxBlocking = 50
 
 // BlockingHolder is a held lock with callers waiting for it.
 type BlockingHolder struct {

@@ -634,7 +634,7 @@ func (a *Aggregator) scanWaitsLocked(clock int64) {
 		}
 		a.deadlockIncidentLocked(b.cycle, b.end)
 	}
-	a.queueIncidentsLocked(a.waits.queuesOf(WaitQueueMin), clock) // every waiter: a queue need hold no lease
+	a.queueIncidentsLocked(a.waits.queuesOf(waitQueueMin), clock) // every waiter: a queue need hold no lease
 }
 
 // brokenCycle is a cycle gone since the last scan, and how it broke.

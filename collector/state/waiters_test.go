@@ -209,7 +209,7 @@ func TestReplayedDeadlockNotCountedAgain(t *testing.T) {
 // 100 000 callers wait for one key. A third of them give up (their failed
 // events end their waits), the rest die; those whose deadline passed are
 // dropped at the next Tick, and the others stay, each key's queue in order
-// of arrival. The key page lists the oldest MaxWaitersNow of them and
+// of arrival. The key page lists the oldest maxWaitersNow of them and
 // counts them all.
 func TestWaitersManyOnOneKey(t *testing.T) {
 	const n = 100_000
@@ -249,8 +249,8 @@ func TestWaitersManyOnOneKey(t *testing.T) {
 	if d.Waiters != len(want) || agg.Overview().Waiters != len(want) {
 		t.Fatalf("waiters after the deadlines passed = %d (key) and %d (overview), want %d", d.Waiters, agg.Overview().Waiters, len(want))
 	}
-	if len(d.WaitersNow) != MaxWaitersNow {
-		t.Fatalf("KeyDetail.WaitersNow lists %d waiters, want the oldest %d", len(d.WaitersNow), MaxWaitersNow)
+	if len(d.WaitersNow) != maxWaitersNow {
+		t.Fatalf("KeyDetail.WaitersNow lists %d waiters, want the oldest %d", len(d.WaitersNow), maxWaitersNow)
 	}
 	for i, x := range d.WaitersNow {
 		if x.Lease != want[i] {
