@@ -71,8 +71,13 @@ fuzz:
 	  done; \
 	done
 
+# The stack has no default operator password: it is checked with one set
+# (any of 12 characters or more), and checked to refuse to start without it
+# (with an empty --env-file, so that a developer's .env cannot hide that).
 compose:
-	docker-compose -f docker-compose.yml config -q
+	LOCKSCOPE_OPERATOR_PASSWORD=compose-config-check docker-compose --env-file scripts/compose-check.env -f docker-compose.yml config -q
+	@if env -u LOCKSCOPE_OPERATOR_PASSWORD docker-compose --env-file scripts/compose-check.env -f docker-compose.yml config -q >/dev/null 2>&1; then \
+	  echo "docker-compose.yml starts without LOCKSCOPE_OPERATOR_PASSWORD: it must refuse"; exit 1; fi
 
 # Refreshes the screenshots in docs/ from the browser tests, and lockscope
 # top's captures (docs/top*.txt, the copy in docs/reference.md) from its terminal test
