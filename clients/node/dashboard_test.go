@@ -36,7 +36,7 @@ func settled(t *testing.T, sv *serve, key string, cond func(lockDetail) bool) lo
 	t.Helper()
 	var d lockDetail
 	redistest.WaitFor(t, 15*time.Second, key+" on the dashboard", func() bool {
-		d = sv.lock(key)
+		d = sv.Lock(key)
 		return cond(d)
 	})
 	return d
@@ -77,7 +77,7 @@ func TestHolderAndTwoWaitersOnTheDashboard(t *testing.T) {
 	if d.Waiters != 2 || d.Owner != "node/holder" || d.Lease != lease || d.Redis == nil || d.Redis.Owner != "node/holder" || d.Redis.Lease != lease || d.Redis.Foreign {
 		t.Errorf("while they wait: %d waiters, holder %q (lease %s), in Redis %+v; want 2 waiting on node/holder (lease %s), named by its value", d.Waiters, d.Owner, d.Lease, d.Redis, lease)
 	}
-	page := sv.get("/keys/"+key, nil)
+	page := sv.Get("/keys/"+key, nil)
 	for _, w := range []string{"node/waiter-1", "node/waiter-2"} {
 		if !strings.Contains(page, `data-testid="waiter-row"`) || !strings.Contains(page, w) {
 			t.Errorf("the key page shows no waiter row for %s", w)
@@ -85,10 +85,10 @@ func TestHolderAndTwoWaitersOnTheDashboard(t *testing.T) {
 	}
 	// The gauge follows the collector's scan (every second).
 	redistest.WaitFor(t, 5*time.Second, "lockscope_waiters 2", func() bool {
-		return sv.metric("lockscope_waiters", map[string]string{"class": d.Class}) == 2
+		return sv.Metric("lockscope_waiters", map[string]string{"class": d.Class}) == 2
 	})
 	waited := map[string]float64{} // how long the dashboard showed each waiter waiting
-	for _, w := range sv.lock(key).WaitersNow {
+	for _, w := range sv.Lock(key).WaitersNow {
 		waited[w.Owner] = w.Waiting
 	}
 
@@ -99,7 +99,7 @@ func TestHolderAndTwoWaitersOnTheDashboard(t *testing.T) {
 		w.wait(t, 30*time.Second)
 	}
 	d = settled(t, sv, key, func(d lockDetail) bool { return d.Acquisitions == 3 && !d.Held && len(d.WaitersNow) == 0 })
-	steps := d.recentSteps()
+	steps := d.RecentSteps()
 	want := []string{
 		"acquired node/holder",
 		"waiting node/waiter-1 <- node/holder",
@@ -133,7 +133,7 @@ func TestHolderAndTwoWaitersOnTheDashboard(t *testing.T) {
 			t.Errorf("%s's wait %.3fs: want at least the %.3fs the dashboard showed it waiting", e.Owner, e.Wait, waited[e.Owner])
 		}
 	}
-	count, sum := sv.histogram("lockscope_wait_seconds", map[string]string{"class": d.Class})
+	count, sum := sv.Histogram("lockscope_wait_seconds", map[string]string{"class": d.Class})
 	var total float64
 	for _, w := range waits {
 		total += w
@@ -145,7 +145,7 @@ func TestHolderAndTwoWaitersOnTheDashboard(t *testing.T) {
 
 // TestHolderThatDiesOnTheDashboard: a Node service holding a lock is killed
 // (no release) while another waits for it. The lock's TTL lapses, the
-// dashboard records the expiry as an incident of the dead holder, and the
+// dashboard records the expiry as an clienttest.Incident of the dead holder, and the
 // waiter, told whom it waited for, gets the lock.
 func TestHolderThatDiesOnTheDashboard(t *testing.T) {
 	_, sv, party := onDashboard(t)
@@ -162,16 +162,16 @@ func TestHolderThatDiesOnTheDashboard(t *testing.T) {
 	heir.expect(t, "acquired ", 30*time.Second)
 	heir.wait(t, 30*time.Second)
 	d = settled(t, sv, key, func(d lockDetail) bool { return d.Acquisitions == 2 && !d.Held })
-	steps := d.recentSteps()
+	steps := d.RecentSteps()
 	want := []string{"acquired node/doomed", "waiting node/heir <- node/doomed", "acquired node/heir", "released node/heir"}
 	if diff := cmp.Diff(want, without(steps, "expired ")); diff != "" {
 		t.Errorf("%s's events but expiries (-want +got):\n%s", key, diff)
 	}
 	redistest.WaitFor(t, 10*time.Second, "the expiry counted", func() bool {
-		return sv.metric("lockscope_expirations_total", map[string]string{"class": d.Class}) == 1
+		return sv.Metric("lockscope_expirations_total", map[string]string{"class": d.Class}) == 1
 	})
-	redistest.WaitFor(t, 10*time.Second, "the holder_expired incident of node/doomed", func() bool {
-		for _, in := range sv.incidents() {
+	redistest.WaitFor(t, 10*time.Second, "the holder_expired clienttest.Incident of node/doomed", func() bool {
+		for _, in := range sv.Incidents() {
 			if in.Kind == "holder_expired" && slices.Equal(in.Keys, []string{key}) && slices.Equal(in.Owners, []string{"node/doomed"}) && in.EndedBy == "expired" {
 				return true
 			}
@@ -193,7 +193,7 @@ func TestUsingLosesItsLockOnTheDashboard(t *testing.T) {
 	if l := p.expect(t, "holding ", 30*time.Second); strings.HasSuffix(l, "?") {
 		t.Fatalf("the using() routine printed %q: its lock does not name node/scheduler", l)
 	}
-	d := settled(t, sv, key, func(d lockDetail) bool { return slices.Contains(d.recentSteps(), "renewed node/scheduler") })
+	d := settled(t, sv, key, func(d lockDetail) bool { return slices.Contains(d.RecentSteps(), "renewed node/scheduler") })
 	for _, e := range d.Recent {
 		if e.Type == "renewed" && (e.TTL != 3 || e.Headroom <= 0 || e.Headroom > 3) {
 			t.Errorf("renewal with TTL %vs, headroom %vs; want 3s and the part of it that was left", e.TTL, e.Headroom)
@@ -210,19 +210,19 @@ func TestUsingLosesItsLockOnTheDashboard(t *testing.T) {
 	p.expect(t, "using rejected ExecutionError", 30*time.Second)
 	p.wait(t, 30*time.Second)
 
-	d = settled(t, sv, key, func(d lockDetail) bool { return slices.Contains(d.recentSteps(), "lost node/scheduler:not_owner") })
+	d = settled(t, sv, key, func(d lockDetail) bool { return slices.Contains(d.RecentSteps(), "lost node/scheduler:not_owner") })
 	want := []string{"acquired node/scheduler", "forced node/scheduler:stuck scheduler", "lost node/scheduler:not_owner"}
-	if diff := cmp.Diff(want, without(d.recentSteps(), "renewed ")); diff != "" {
+	if diff := cmp.Diff(want, without(d.RecentSteps(), "renewed ")); diff != "" {
 		t.Errorf("%s's events but renewals (-want +got):\n%s", key, diff)
 	}
 	if d.Held {
 		t.Errorf("%s still held by %q", key, d.Owner)
 	}
-	if n := sv.metric("lockscope_forced_releases_total", map[string]string{"class": d.Class}); n != 1 {
+	if n := sv.Metric("lockscope_forced_releases_total", map[string]string{"class": d.Class}); n != 1 {
 		t.Errorf("lockscope_forced_releases_total{class=%q} = %v, want 1", d.Class, n)
 	}
-	redistest.WaitFor(t, 10*time.Second, "the forced incident of node/scheduler", func() bool {
-		for _, in := range sv.incidents() {
+	redistest.WaitFor(t, 10*time.Second, "the forced clienttest.Incident of node/scheduler", func() bool {
+		for _, in := range sv.Incidents() {
 			if in.Kind == "forced" && slices.Equal(in.Keys, []string{key}) && slices.Equal(in.Owners, []string{"node/scheduler"}) {
 				return true
 			}

@@ -62,7 +62,7 @@ func TestDeadlockAcrossNodeAndGo(t *testing.T) {
 		} `json:"deadlocks"`
 	}
 	redistest.WaitFor(t, 15*time.Second, "the cycle of two in /api/v1/blocking", func() bool {
-		sv.get("/api/v1/blocking", &b)
+		sv.Get("/api/v1/blocking", &b)
 		return len(b.Deadlocks) == 1 && len(b.Deadlocks[0]) == 2
 	})
 	t.Logf("the cycle shown %v after it formed", time.Since(formed).Round(time.Millisecond))
@@ -83,7 +83,7 @@ func TestDeadlockAcrossNodeAndGo(t *testing.T) {
 	}
 	for i, key := range keys {
 		waiter, holder := owners[1-i], owners[i]
-		d := sv.lock(key)
+		d := sv.Lock(key)
 		if len(d.WaitersNow) != 1 {
 			t.Errorf("%s waiters_now %+v, want %s alone", key, d.WaitersNow, waiter)
 			continue
@@ -97,12 +97,12 @@ func TestDeadlockAcrossNodeAndGo(t *testing.T) {
 		}
 	}
 	redistest.WaitFor(t, 5*time.Second, "lockscope_deadlock_cycles 1", func() bool {
-		return sv.metric("lockscope_deadlock_cycles", nil) == 1
+		return sv.Metric("lockscope_deadlock_cycles", nil) == 1
 	})
-	if n := sv.metric("lockscope_waiters", nil); n != 2 {
+	if n := sv.Metric("lockscope_waiters", nil); n != 2 {
 		t.Errorf("lockscope_waiters summed = %v, want 2", n)
 	}
-	if n := sv.metric("lockscope_deadlocks_detected_total", nil); n != 1 {
+	if n := sv.Metric("lockscope_deadlocks_detected_total", nil); n != 1 {
 		t.Errorf("lockscope_deadlocks_detected_total = %v, want 1", n)
 	}
 
@@ -114,20 +114,20 @@ func TestDeadlockAcrossNodeAndGo(t *testing.T) {
 	node.expect(t, "acquired", 30*time.Second)
 	node.wait(t, 30*time.Second)
 	redistest.WaitFor(t, 10*time.Second, "the deadlock and the waiters to clear", func() bool {
-		sv.get("/api/v1/blocking", &b)
-		return len(b.Deadlocks) == 0 && b.Waiters == 0 && sv.metric("lockscope_waiters", nil) == 0
+		sv.Get("/api/v1/blocking", &b)
+		return len(b.Deadlocks) == 0 && b.Waiters == 0 && sv.Metric("lockscope_waiters", nil) == 0
 	})
 	// Two emitters write the stream: the Go release may land after the
 	// Node service's steps, so those are checked in order, the Go release
 	// by its presence.
-	d := settled(t, sv, keys[1], func(d lockDetail) bool { return !d.Held && slices.Contains(d.recentSteps(), "released node-service") })
+	d := settled(t, sv, keys[1], func(d lockDetail) bool { return !d.Held && slices.Contains(d.RecentSteps(), "released node-service") })
 	var nodeSteps []string
-	for _, s := range d.recentSteps() {
+	for _, s := range d.RecentSteps() {
 		if f := strings.Fields(s); f[1] == owners[0] || strings.HasPrefix(f[1], owners[0]+":") {
 			nodeSteps = append(nodeSteps, f[0])
 		}
 	}
-	if !slices.Equal(nodeSteps, []string{"waiting", "acquired", "released"}) || !slices.Contains(d.recentSteps(), "released go-service") {
-		t.Errorf("%s's events %q: want node-service's wait, acquired and released, and go-service's release", keys[1], d.recentSteps())
+	if !slices.Equal(nodeSteps, []string{"waiting", "acquired", "released"}) || !slices.Contains(d.RecentSteps(), "released go-service") {
+		t.Errorf("%s's events %q: want node-service's wait, acquired and released, and go-service's release", keys[1], d.RecentSteps())
 	}
 }

@@ -29,7 +29,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 	settled := func(t *testing.T, key string, cond func(lockDetail) bool) lockDetail {
 		var d lockDetail
 		redistest.WaitFor(t, 10*time.Second, key+" on the dashboard", func() bool {
-			d = sv.lock(key)
+			d = sv.Lock(key)
 			return cond(d)
 		})
 		return d
@@ -51,15 +51,15 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 			d.Redis == nil || d.Redis.Owner != "editor/alice" || d.Redis.Foreign {
 			t.Errorf("while bob waits: waiter %+v, holder %q, in Redis %+v; want editor/bob waiting on editor/alice", w, d.Owner, d.Redis)
 		}
-		if page := sv.get("/keys/"+key, nil); !strings.Contains(page, `data-testid="waiter-row"`) || !strings.Contains(page, "editor/bob") {
+		if page := sv.Get("/keys/"+key, nil); !strings.Contains(page, `data-testid="waiter-row"`) || !strings.Contains(page, "editor/bob") {
 			t.Error("the key page shows no waiter row for editor/bob")
 		}
-		if n := sv.metric("lockscope_waiters", map[string]string{"class": d.Class}); n != 1 {
+		if n := sv.Metric("lockscope_waiters", map[string]string{"class": d.Class}); n != 1 {
 			t.Errorf("lockscope_waiters{class=%q} = %v, want 1", d.Class, n)
 		}
 		p.wait(t, 30*time.Second)
 		d = settled(t, key, func(d lockDetail) bool { return d.Acquisitions == 2 && !d.Held })
-		steps := d.recentSteps()
+		steps := d.RecentSteps()
 		want := []string{
 			"acquired editor/alice",
 			"failed editor/bob:held <- editor/alice",
@@ -84,7 +84,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 		p := run(t, "cron_once", "--replicas", "3", "--job-seconds", "0.5")
 		p.wait(t, 30*time.Second)
 		d := settled(t, key, func(d lockDetail) bool { return d.Acquisitions == 1 && d.Failures == 2 && !d.Held })
-		steps := d.recentSteps()
+		steps := d.RecentSteps()
 		var winner string
 		for _, s := range steps {
 			if w, ok := strings.CutPrefix(s, "acquired "); ok {
@@ -103,7 +103,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 		if diff := cmp.Diff(want, steps); diff != "" || winner == "" {
 			t.Errorf("%s's events, sorted (-want +got):\n%s", key, diff)
 		}
-		if n := sv.metric("lockscope_acquire_failures_total", map[string]string{"class": d.Class, "reason": "held"}); n != 2 {
+		if n := sv.Metric("lockscope_acquire_failures_total", map[string]string{"class": d.Class, "reason": "held"}); n != 2 {
 			t.Errorf("lockscope_acquire_failures_total{class=%q,reason=held} = %v, want 2", d.Class, n)
 		}
 	})
@@ -114,7 +114,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 		refused := p.expect(t, "req-", 30*time.Second) // "req-2: refused: order 1001 is being paid by payments/req-1"
 		p.wait(t, 30*time.Second)
 		d := settled(t, key, func(d lockDetail) bool { return d.Acquisitions == 1 && d.Failures == 1 && !d.Held })
-		steps := d.recentSteps()
+		steps := d.RecentSteps()
 		if len(steps) != 3 {
 			t.Fatalf("%s's events = %q, want acquired, failed, released", key, steps)
 		}
@@ -144,7 +144,7 @@ func TestExamplesOnTheDashboard(t *testing.T) {
 		}
 		p.wait(t, 30*time.Second)
 		d = settled(t, key, func(d lockDetail) bool { return d.Acquisitions == 2 && !d.Held })
-		steps := d.recentSteps()
+		steps := d.RecentSteps()
 		compact := slices.Compact(without(steps, "renewed "))
 		want := []string{"acquired node-a", "failed node-b:held <- node-a", "released node-a", "acquired node-b", "released node-b"}
 		if diff := cmp.Diff(want, compact); diff != "" {

@@ -59,16 +59,16 @@ func TestLockOrderFromPython(t *testing.T) {
 	take("py-a", "order:1", "inventory:1", false)
 	var lo lockOrderBody
 	redistest.WaitFor(t, 10*time.Second, "the two orders in /api/v1/lockorder", func() bool {
-		sv.get("/api/v1/lockorder", &lo)
+		sv.Get("/api/v1/lockorder", &lo)
 		return len(lo.Edges) == 2
 	})
-	if len(lo.Inversions) != 0 || sv.metric("lockscope_lock_order_inversions", nil) != 0 {
+	if len(lo.Inversions) != 0 || sv.Metric("lockscope_lock_order_inversions", nil) != 0 {
 		t.Errorf("inversions with every order taken one way = %+v, want none", lo.Inversions)
 	}
 
 	take("py-b", "inventory:2", "order:2", true)
 	redistest.WaitFor(t, 10*time.Second, "the inversion in /api/v1/lockorder", func() bool {
-		sv.get("/api/v1/lockorder", &lo)
+		sv.Get("/api/v1/lockorder", &lo)
 		return len(lo.Inversions) == 1
 	})
 	in := lo.Inversions[0]
@@ -82,10 +82,10 @@ func TestLockOrderFromPython(t *testing.T) {
 		t.Errorf("py-a's order = %+v, want e.g. order:1 → inventory:1", o)
 	}
 	redistest.WaitFor(t, 5*time.Second, "lockscope_lock_order_inversions 1", func() bool {
-		return sv.metric("lockscope_lock_order_inversions", nil) == 1
+		return sv.Metric("lockscope_lock_order_inversions", nil) == 1
 	})
 	var ledger lockOrderBody
-	sv.get("/api/v1/lockorder?class="+url.QueryEscape("ledger:*"), &ledger)
+	sv.Get("/api/v1/lockorder?class="+url.QueryEscape("ledger:*"), &ledger)
 	if len(ledger.Edges) != 1 || ledger.Edges[0].Count != 2 || !slices.Equal(ledger.Edges[0].Owners, []string{"billing-sync", "billing-async"}) || len(ledger.Inversions) != 0 {
 		t.Errorf("/api/v1/lockorder?class=ledger:* = %+v, want one order, taken twice by both services, no inversion", ledger)
 	}

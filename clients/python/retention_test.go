@@ -78,7 +78,7 @@ print(e.stats())
 			want := float64(goEvents + pyEvents)
 			var got float64
 			if !redistest.Poll(ctx, func() bool {
-				got = s.metric("lockscope_events_total", map[string]string{"type": "renewed"})
+				got = s.Metric("lockscope_events_total", map[string]string{"type": "renewed"})
 				return got >= want
 			}) {
 				t.Fatalf("a replica started after replays %v events, want all %v (%d from Go, %d from Python)", got, want, goEvents, pyEvents)

@@ -3,207 +3,23 @@ package python
 import (
 	"bufio"
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
-	"net/url"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
-	"github.com/lockscope/lockscope/internal/testkit/redistest"
+	"github.com/lockscope/lockscope/clients/internal/clienttest"
 )
 
-// serve is a running `lockscope serve`.
-type serve struct {
-	t      testing.TB
-	listen string
-}
+// The serve harness is the one the Python and Node packages share.
+type (
+	serve      = clienttest.Serve
+	lockDetail = clienttest.LockDetail
+	waiterJSON = clienttest.WaiterJSON
+)
 
-// startServe runs lockscope serve against redisURL until the test ends.
-func startServe(t testing.TB, redisURL string) *serve {
-	t.Helper()
-	port, err := redistest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &serve{t: t, listen: "127.0.0.1:" + strconv.Itoa(port)}
-	cmd := exec.Command(redistest.Lockscope(t), "serve", "--redis", redisURL, "--listen", s.listen, "--log-level", "warn")
-	var out strings.Builder
-	var mu sync.Mutex
-	cmd.Stdout = writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return out.Write(p) })
-	cmd.Stderr = cmd.Stdout
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			mu.Lock()
-			t.Logf("lockscope serve output:\n%s", out.String())
-			mu.Unlock()
-		}
-	})
-	redistest.WaitFor(t, 30*time.Second, "lockscope serve to answer /readyz", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("lockscope serve exited: %v", cmd.ProcessState)
-		default:
-		}
-		resp, err := http.Get(s.url("/readyz"))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return s
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
-
-func (s *serve) url(path string) string { return "http://" + s.listen + path }
-
-// get fetches path; JSON answers are decoded into v, others returned.
-func (s *serve) get(path string, v any) string {
-	s.t.Helper()
-	resp, err := http.Get(s.url(path))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		s.t.Fatalf("GET %s = %s: %s", path, resp.Status, b)
-	}
-	if v != nil {
-		if err := json.Unmarshal(b, v); err != nil {
-			s.t.Fatalf("GET %s: %v\n%s", path, err, b)
-		}
-	}
-	return string(b)
-}
-
-// metric sums the samples of a metric family on /metrics whose labels
-// include match.
-func (s *serve) metric(name string, match map[string]string) float64 {
-	s.t.Helper()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(strings.NewReader(s.get("/metrics", nil)))
-	if err != nil {
-		s.t.Fatalf("/metrics: %v", err)
-	}
-	var sum float64
-	f := fams[name]
-	if f == nil {
-		return 0
-	}
-next:
-	for _, m := range f.Metric {
-		labels := map[string]string{}
-		for _, l := range m.Label {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range match {
-			if labels[k] != v {
-				continue next
-			}
-		}
-		switch {
-		case m.Gauge != nil:
-			sum += m.Gauge.GetValue()
-		case m.Counter != nil:
-			sum += m.Counter.GetValue()
-		}
-	}
-	return sum
-}
-
-// lockDetail is what the tests read of GET /api/v1/locks/{key}.
-type lockDetail struct {
-	Class        string `json:"class"`
-	Held         bool   `json:"held"`
-	Owner        string `json:"owner"`
-	Lease        string `json:"lease"`
-	Acquisitions int64  `json:"acquisitions"`
-	Contentions  int64  `json:"contentions"`
-	Failures     int64  `json:"failures"`
-	Redis        *struct {
-		Owner   string `json:"owner"`
-		Lease   string `json:"lease"`
-		Foreign bool   `json:"foreign"`
-	} `json:"redis_holder"`
-	Recent []struct {
-		Type     string  `json:"type"`
-		Owner    string  `json:"owner"`
-		Lease    string  `json:"lease"`
-		Reason   string  `json:"reason"`
-		Holder   string  `json:"holder"`
-		Attempts int     `json:"attempts"`
-		TTL      float64 `json:"ttl_seconds"`
-	} `json:"recent"`
-	WaitersNow []waiterJSON `json:"waiters_now"`
-}
-
-type waiterJSON struct {
-	Owner  string   `json:"owner"`
-	Lease  string   `json:"lease"`
-	Holder string   `json:"holder_seen"`
-	Holds  []string `json:"holds_leases"`
-}
-
-// lock reads key's detail. A key none of whose events serve has applied
-// yet is a 404 to a viewer (no oracle for what Redis holds): that reads as
-// an empty detail, so a caller polling for the key's events keeps polling.
-func (s *serve) lock(key string) lockDetail {
-	s.t.Helper()
-	var d lockDetail
-	path := "/api/v1/locks/" + url.PathEscape(key)
-	resp, err := http.Get(s.url(path))
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		return d
-	}
-	s.get(path, &d)
-	return d
-}
-
-// recentSteps lists a key's recent events, oldest first, as "type owner"
-// (plus ":reason" and " holder" when set).
-func (d lockDetail) recentSteps() []string {
-	var out []string
-	for i := len(d.Recent) - 1; i >= 0; i-- {
-		e := d.Recent[i]
-		s := e.Type + " " + e.Owner
-		if e.Reason != "" {
-			s += ":" + e.Reason
-		}
-		if e.Holder != "" {
-			s += " <- " + e.Holder
-		}
-		out = append(out, s)
-	}
-	return out
-}
+func startServe(t testing.TB, redisURL string) *serve { return clienttest.StartServe(t, redisURL) }
 
 // pyProc is a running Python process whose output lines are read as they
 // come.
