@@ -154,6 +154,7 @@ type Follower struct {
 
 	running     atomic.Bool
 	noInfoShown atomic.Bool
+	noScript    atomic.Bool   // EVALSHA refused: reads sized by count only (read.go)
 	staleAfter  time.Duration // staleConsumerAfter; tests shorten it
 	ckptEvery   time.Duration // checkpointEvery; tests shorten it
 	ckptMinAge  time.Duration // checkpointMinAge; tests shorten it
@@ -170,9 +171,9 @@ type Follower struct {
 	replica  bool
 	instance string // random id of this process in the presence key
 	rebuilt  bool   // fetcher only
-	// readCount is how many entries the next read asks for (fetcher
-	// only): see nextCount.
-	readCount int
+	// nextRead is how many entries the next read asks for when the
+	// script is refused (fetcher only): see count.
+	nextRead int
 	// sharedWarned: the shared group's other readers were logged (fetcher only).
 	sharedWarned bool
 	replayed     chan struct{}

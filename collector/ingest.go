@@ -118,13 +118,13 @@ func (c *Follower) fetch(ctx context.Context, out chan<- batch) {
 		}
 		gen := c.groupGen.Load()
 		readAt := time.Now()
-		streams, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group:    c.opt.Group,
-			Consumer: c.opt.Consumer,
-			Streams:  []string{c.opt.Stream, ">"},
-			Count:    int64(c.count()),
-			Block:    c.opt.Block,
-		}).Result()
+		asked := c.readCount()
+		msgs, scripted, err := c.readGroup(ctx, ">", asked)
+		if scripted && err == nil && len(msgs) == 0 {
+			// Caught up: wait for the next entry, and take that one alone
+			// (a read that blocks cannot run in the script).
+			msgs, err = c.xreadGroup(ctx, ">", 1, c.opt.Block)
+		}
 		if err != nil && !errors.Is(err, redis.Nil) {
 			if ctx.Err() != nil {
 				return
@@ -134,13 +134,14 @@ func (c *Follower) fetch(ctx context.Context, out chan<- batch) {
 			continue
 		}
 		f.ok()
-		n, asked := 0, c.count()
-		for _, s := range streams {
-			if len(s.Messages) > 0 {
-				n += len(s.Messages)
-				c.sized(s.Messages)
-				out <- batch{msgs: s.Messages, gen: gen}
-			}
+		n := len(msgs)
+		if n > 0 {
+			c.sized(msgs)
+			out <- batch{msgs: msgs, gen: gen}
+		}
+		if readBytes(msgs) >= readBudget {
+			// The script stopped at the budget: more is waiting.
+			continue
 		}
 		if n > 0 && n < asked {
 			pace(ctx, readAt)
@@ -149,22 +150,21 @@ func (c *Follower) fetch(ctx context.Context, out chan<- batch) {
 }
 
 // readBudget is about the most bytes one read of the stream brings in
-// while its entries keep their size. Redis has no byte limit on a read:
-// Count entries of up to event.MaxBatchBytes each could be half a
-// gigabyte, and a writer of the stream chooses their size. After each
-// read the next asks for as many entries as readBudget holds at the size
-// of that read's largest entry: an emitter's entries (some 100 bytes per
-// event with 30-byte keys, 2048 events at most: about 200 KB) still come
-// Count at a time, a stream of 4 MB entries comes 4 at a time.
+// (and one entry more): the read script (read.go) stops there. Without the
+// script (a Redis user that may not run it), the next read asks for as
+// many entries as readBudget holds at the size of the previous read's
+// largest entry: an emitter's entries (some 100 bytes per event with
+// 30-byte keys, 2048 events at most: about 200 KB) still come Count at a
+// time, a stream of 4 MB entries comes 4 at a time.
 const readBudget = 16 << 20
 
 // count is how many entries the next read asks for: before any read, as
 // many as readBudget holds at the largest size an entry may have.
 func (c *Follower) count() int {
-	if c.readCount <= 0 {
+	if c.nextRead <= 0 {
 		return nextCount(event.MaxBatchBytes, c.opt.Count)
 	}
-	return c.readCount
+	return c.nextRead
 }
 
 // sized sets the next read's count from the entries a read returned (none:
@@ -175,16 +175,9 @@ func (c *Follower) sized(msgs []redis.XMessage) {
 	}
 	largest := 1
 	for _, m := range msgs {
-		n := len(m.ID)
-		for k, v := range m.Values {
-			n += len(k)
-			if s, ok := v.(string); ok {
-				n += len(s)
-			}
-		}
-		largest = max(largest, n)
+		largest = max(largest, entryBytes(m))
 	}
-	c.readCount = nextCount(largest, c.opt.Count)
+	c.nextRead = nextCount(largest, c.opt.Count)
 }
 
 // nextCount is how many entries of largest bytes fit readBudget, within 1
@@ -208,8 +201,9 @@ func nextCount(largest, most int) int {
 // (BenchmarkServeLive, BENCHMARKS.md, issue 16). Entries written meanwhile
 // wait at most this long more: an event reaches the queries within 55 ms at
 // p99 (25 ms with 20 ms, BenchmarkFreshness), well within the dashboard's
-// refresh of 2 s or more. A read that finds the stream idle blocks as
-// before, so the first entry after a quiet spell is read at once.
+// refresh of 2 s or more. A read that finds the stream idle is followed by
+// one that blocks for the next entry, so the first entry after a quiet
+// spell is read at once.
 const readPace = 50 * time.Millisecond
 
 // pace waits until readPace has passed since readAt, or ctx ends.
@@ -368,25 +362,15 @@ func (c *Follower) readOwnPending(ctx context.Context, out chan<- batch) error {
 	after := "0"
 	for {
 		gen := c.groupGen.Load()
-		streams, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
-			Group:    c.opt.Group,
-			Consumer: c.opt.Consumer,
-			Streams:  []string{c.opt.Stream, after},
-			Count:    int64(c.count()),
-			Block:    -1,
-		}).Result()
+		msgs, _, err := c.readGroup(ctx, after, c.readCount())
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return err
 		}
-		n := 0
-		for _, s := range streams {
-			if len(s.Messages) == 0 {
-				continue
-			}
-			n += len(s.Messages)
-			after = s.Messages[len(s.Messages)-1].ID
-			c.sized(s.Messages)
-			out <- batch{msgs: s.Messages, claimed: true, gen: gen}
+		n := len(msgs)
+		if n > 0 {
+			after = msgs[n-1].ID
+			c.sized(msgs)
+			out <- batch{msgs: msgs, claimed: true, gen: gen}
 		}
 		if n == 0 {
 			return nil
@@ -532,6 +516,11 @@ func (a *applier) apply(b batch) {
 		if m.Values == nil {
 			// Trimmed while pending on this consumer.
 			missing++
+			continue
+		}
+		if size, ok := oversized(*m); ok {
+			bad++
+			a.malformed.note(c.log, m.ID, errOversize(size))
 			continue
 		}
 		var err error

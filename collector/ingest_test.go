@@ -360,11 +360,12 @@ func TestIngestMalformedEntriesCountedAckedSkipped(t *testing.T) {
 	xaddRaw(t, rdb, stream, "v", "1", "n", "10", "batch", batch[:len(batch)-7])                // truncated batch
 	xaddRaw(t, rdb, stream, "v", "1", "n", strconv.Itoa(event.MaxBatchEvents+1), "batch", "x") // too many events
 	huge := event.Event{Type: event.Acquired, Key: strings.Repeat("k", event.MaxStringLen+1), TS: 1}
-	xaddSingle(t, rdb, stream, huge)      // key too large
-	xaddRaw(t, rdb, stream, "foo", "bar") // not an event at all
+	xaddSingle(t, rdb, stream, huge)                                                         // key too large
+	xaddRaw(t, rdb, stream, "foo", "bar")                                                    // not an event at all
+	xaddRaw(t, rdb, stream, "v", "1", "n", "1", "batch", strings.Repeat("x", maxEntryBytes)) // larger than any that decodes: never read whole
 	last := event.Event{Type: event.Acquired, Key: prefix + "b", Owner: "o", TS: now.Add(time.Second).UnixNano(), TTL: time.Minute, Attempts: 1}
 	xaddSingle(t, rdb, stream, last)
-	const bad, goodEvents = 6, 11
+	const bad, goodEvents = 7, 11
 
 	var logs logBuffer
 	agg, reg := testAgg(t, state.Config{})
