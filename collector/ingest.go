@@ -384,21 +384,14 @@ func (c *Follower) claim(ctx context.Context, out chan<- batch) error {
 	start := "0-0"
 	for {
 		gen := c.groupGen.Load()
-		msgs, next, deleted, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
-			Stream:   c.opt.Stream,
-			Group:    c.opt.Group,
-			Consumer: c.opt.Consumer,
-			MinIdle:  c.opt.ClaimMinIdle,
-			Start:    start,
-			Count:    int64(c.count()),
-		}).Result()
+		msgs, next, deleted, err := c.claimGroup(ctx, start, c.readCount())
 		if err != nil {
 			return err
 		}
-		if len(deleted) > 0 {
+		if deleted > 0 {
 			// Trimmed while pending: read by a consumer that died, never applied.
-			c.agg.StreamGap(int64(len(deleted)))
-			c.log.Warn("pending stream entries were trimmed before any collector applied them: events lost", "missing", len(deleted))
+			c.agg.StreamGap(int64(deleted))
+			c.log.Warn("pending stream entries were trimmed before any collector applied them: events lost", "missing", deleted)
 		}
 		c.sized(msgs)
 		if len(msgs) > 0 {

@@ -90,6 +90,68 @@ func (c *Follower) xreadGroup(ctx context.Context, start string, most int, block
 	return msgs, nil
 }
 
+//go:embed claim.lua
+var claimLua string
+
+var claimScript = redis.NewScript(claimLua)
+
+// claimGroup claims, from start (a cursor in the group's pending list), up
+// to most entries that other consumers left pending for ClaimMinIdle, and
+// returns them, the next cursor ("0-0": the list was scanned to its end) and
+// how many entries were trimmed while pending. With the script it brings
+// at most readBudget bytes and one entry, an oversize entry as its stub, as
+// readGroup does; without it, XAUTOCLAIM sized by the previous read.
+func (c *Follower) claimGroup(ctx context.Context, start string, most int) (msgs []redis.XMessage, next string, deleted int, err error) {
+	if !c.noScript.Load() {
+		msgs, next, deleted, err := c.claimScripted(ctx, start, most)
+		var rerr redis.Error
+		switch {
+		case err == nil:
+			return msgs, next, deleted, nil
+		case errors.As(err, &rerr) && (redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command")):
+			if !c.noScript.Swap(true) {
+				c.log.Warn("EVALSHA refused: claims of a dead consumer's entries are sized by the previous read's entries only, so a writer of the stream who sends large entries can make one claim bring up to Count of them",
+					"fix", remedy(err, "+evalsha +eval"), "err", err)
+			}
+		default:
+			return nil, "", 0, err
+		}
+	}
+	msgs, next, ids, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{
+		Stream:   c.opt.Stream,
+		Group:    c.opt.Group,
+		Consumer: c.opt.Consumer,
+		MinIdle:  c.opt.ClaimMinIdle,
+		Start:    start,
+		Count:    int64(c.count()),
+	}).Result()
+	return msgs, next, len(ids), err
+}
+
+// claimScripted runs claimScript and parses its answer: {next, entries as
+// readScript's, trimmed}.
+func (c *Follower) claimScripted(ctx context.Context, start string, most int) ([]redis.XMessage, string, int, error) {
+	v, err := claimScript.Run(ctx, c.rdb, []string{c.opt.Stream},
+		c.opt.Group, c.opt.Consumer, c.opt.ClaimMinIdle.Milliseconds(), start, most, readBudget, maxEntryBytes).Result()
+	if err != nil {
+		return nil, "", 0, err
+	}
+	parts, ok := v.([]any)
+	if !ok || len(parts) != 3 {
+		return nil, "", 0, fmt.Errorf("collector: stream claim script answered %T", v)
+	}
+	next, ok := parts[0].(string)
+	if !ok {
+		return nil, "", 0, fmt.Errorf("collector: stream claim script answered a cursor of %T", parts[0])
+	}
+	deleted, ok := parts[2].(int64)
+	if !ok {
+		return nil, "", 0, fmt.Errorf("collector: stream claim script answered a count of %T", parts[2])
+	}
+	msgs, err := scriptMessages(parts[1])
+	return msgs, next, int(deleted), err
+}
+
 // readCount is how many entries the next read of the group asks for: Count
 // when the script bounds it in bytes, else as many as readBudget holds at
 // the size of the previous read's largest entry (count).

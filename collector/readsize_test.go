@@ -171,3 +171,95 @@ func TestReadWithoutScriptsFallsBack(t *testing.T) {
 		t.Errorf("log lines about EVALSHA = %q, want one naming the grant", got)
 	}
 }
+
+// TestClaimBoundedInBytes: claiming the entries a dead consumer left
+// pending brings, like a read, at most readBudget bytes and one entry more;
+// the stub of an entry too large to decode, never the entry; and counts an
+// entry trimmed while pending. XAUTOCLAIM alone has no byte limit: before,
+// one claim handed over as many whole entries as the previous read's count.
+func TestClaimBoundedInBytes(t *testing.T) {
+	srv := redistest.Shared(t)
+	rdb := srv.Client(t)
+	ctx := context.Background()
+	stream := redistest.KeyPrefix(t) + "events"
+	if err := rdb.XGroupCreateMkStream(ctx, stream, DefaultGroup, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	small := strings.Repeat("s", 100<<10)
+	for range 64 {
+		xaddRaw(t, rdb, stream, "v", "1", "b", small)
+	}
+	large := strings.Repeat("L", 3<<20)
+	for range 64 {
+		xaddRaw(t, rdb, stream, "v", "1", "b", large)
+	}
+	xaddRaw(t, rdb, stream, "v", "1", "b", strings.Repeat("H", 40<<20))
+	xaddRaw(t, rdb, stream, "v", "1", "b", "last")
+	// A consumer reads everything and dies; one entry is trimmed after.
+	read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: "dead", Streams: []string{stream, ">"}, Count: 200}).Result()
+	if err != nil || len(read) != 1 || len(read[0].Messages) != 130 {
+		t.Fatalf("the dead consumer's read: %v, %d streams", err, len(read))
+	}
+	read = nil
+	trimmed := "" // a small entry's
+	if ids, err := rdb.XRangeN(ctx, stream, "-", "+", 2).Result(); err != nil {
+		t.Fatal(err)
+	} else {
+		trimmed = ids[1].ID
+	}
+	if err := rdb.XDel(ctx, stream, trimmed).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	agg, _ := testAgg(t, state.Config{})
+	c := New(rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: "c", ClaimMinIdle: time.Millisecond})
+	var sizes []int // of the claims that brought entries
+	var ids []string
+	stubs, deleted := 0, 0
+	redistest.WaitFor(t, waitLimit, "every pending entry claimed", func() bool {
+		start := "0-0"
+		for range 1000 {
+			msgs, next, gone, err := c.claimGroup(ctx, start, c.readCount())
+			if err != nil {
+				t.Fatal(err)
+			}
+			deleted += gone
+			if len(msgs) > 0 {
+				sizes = append(sizes, readBytes(msgs))
+				c.sized(msgs)
+			}
+			for _, m := range msgs {
+				ids = append(ids, m.ID)
+				if size, ok := oversized(m); ok {
+					stubs++
+					if want := strconv.Itoa(40<<20 + len(m.ID) + len("v1b")); size != want {
+						t.Errorf("oversize stub names %s bytes, want %s", size, want)
+					}
+				}
+			}
+			if next == "0-0" || next == start {
+				break
+			}
+			start = next
+		}
+		return len(ids) >= 129
+	})
+	if len(ids) != 129 || stubs != 1 || deleted != 1 {
+		t.Fatalf("claimed %d entries with %d oversize stubs, %d trimmed; want 129, 1 and 1 (claims of %v bytes)", len(ids), stubs, deleted, sizes)
+	}
+	if slices.Contains(ids, trimmed) {
+		t.Errorf("the trimmed entry %s was claimed", trimmed)
+	}
+	for i, n := range sizes {
+		if n > readBudget+3<<20+1000 {
+			t.Errorf("claim %d brought %d bytes, want at most the budget (%d) and one entry", i, n, readBudget)
+		}
+	}
+	if len(sizes) < 12 {
+		t.Errorf("%d claims for 192 MB, want at least 12 of at most 16 MB", len(sizes))
+	}
+	// Claimed: the pending entries are this consumer's now.
+	if p, err := rdb.XPending(ctx, stream, DefaultGroup).Result(); err != nil || p.Consumers["c"] != 129 || p.Consumers["dead"] != 0 {
+		t.Errorf("pending after the claims: %+v, %v; want 129 of c's", p, err)
+	}
+}
