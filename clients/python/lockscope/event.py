@@ -187,17 +187,28 @@ def append_packed(out, e, prev_ts):
         raise ValueError("unknown event type %r" % (e.type,))
     out.append(code)
     out.append((_FLAG_DEGRADED if e.degraded else 0) | (_FLAG_PASSIVE if e.passive else 0))
+    # The one-byte cases inline (most lengths and numbers: empty strings,
+    # zeros, short keys): a function call per field was most of the cost.
     for s in (e.key, e.owner, e.lease, e.reason, e.holder, e.by):
-        s = _b(s)
-        _uvarint(out, len(s))
+        if s.__class__ is str:
+            if not s:
+                out.append(0)
+                continue
+            s = s.encode("utf-8")
+        else:
+            s = _b(s)
+        n = len(s)
+        if n < 0x80:
+            out.append(n)
+        else:
+            _uvarint(out, n)
         out += s
-    _varint(out, e.ts - prev_ts)
-    _varint(out, e.wait)
-    _varint(out, e.hold)
-    _varint(out, e.ttl)
-    _varint(out, e.attempts)
-    _varint(out, e.fence)
-    _varint(out, e.count)
+    for x in (e.ts - prev_ts, e.wait, e.hold, e.ttl, e.attempts, e.fence, e.count):
+        z = ((x << 1) ^ (x >> 63)) & _U64  # zigzag, as binary.AppendVarint
+        if z < 0x80:
+            out.append(z)
+        else:
+            _uvarint(out, z)
 
 
 def append_ext(out, i, e):
