@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/lockscope/lockscope/event"
 	"github.com/lockscope/lockscope/internal/testkit/redistest"
 	"github.com/lockscope/lockscope/lock"
 )
@@ -52,13 +53,42 @@ func BenchmarkEventsCost(b *testing.B) {
 		for _, keys := range []string{"unique", "hot16"} {
 			for _, callers := range []int{1, 8, 16, 64} {
 				name := fmt.Sprintf("stream=%s/keys=%s/callers=%d", stream, keys, callers)
-				b.Run(name, func(b *testing.B) { benchEventsCost(b, stream == "growing", keys == "hot16", callers) })
+				b.Run(name, func(b *testing.B) { benchEventsCost(b, stream == "growing", keys == "hot16", callers, false) })
 			}
 		}
 	}
 }
 
-func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
+// BenchmarkEventsCostOneClient is BenchmarkEventsCost with one client for
+// both halves of a pair: its recorder passes events to the emitter in the
+// "on" windows and drops them in the "off" ones. Two clients' tuners can
+// settle in different regimes for a whole run (on 2026-12-04 the same
+// case's cpu-cost-% moved from -25 % to +28 % between runs, BENCHMARKS.md),
+// and one client cannot differ from itself that way. Its "off" windows
+// still build the events (Client's side of them), so it measures the
+// emitter's part: buffering, packing, XADD.
+func BenchmarkEventsCostOneClient(b *testing.B) {
+	for _, keys := range []string{"unique", "hot16"} {
+		for _, callers := range []int{1, 8, 16, 64} {
+			name := fmt.Sprintf("stream=trimmed/keys=%s/callers=%d", keys, callers)
+			b.Run(name, func(b *testing.B) { benchEventsCost(b, false, keys == "hot16", callers, true) })
+		}
+	}
+}
+
+// switchRecorder passes events to em while on is set, else drops them.
+type switchRecorder struct {
+	on atomic.Bool
+	em *lock.Emitter
+}
+
+func (r *switchRecorder) Record(e event.Event) {
+	if r.on.Load() {
+		r.em.Record(e)
+	}
+}
+
+func benchEventsCost(b *testing.B, growing, hot bool, callers int, oneClient bool) {
 	s := server(b)
 	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: s.Addr()})
@@ -84,10 +114,12 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 	}
 
 	type side struct {
-		rdb  *redis.Client
-		c    *lock.Client
-		em   *lock.Emitter
-		keys []string
+		rdb    *redis.Client
+		c      *lock.Client
+		em     *lock.Emitter
+		keys   []string
+		toggle *switchRecorder // oneClient: set to the window's side
+		events bool
 	}
 	newSide := func(events bool) *side {
 		sd := &side{rdb: redis.NewClient(&redis.Options{Addr: s.Addr()})}
@@ -109,11 +141,23 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 		}
 		return sd
 	}
-	on, off := newSide(true), newSide(false)
+	var on, off *side
+	if oneClient {
+		on = newSide(false)
+		on.em = lock.NewEmitter(on.rdb, &lock.EmitterOptions{Stream: key, MaxLen: maxLen})
+		on.toggle = &switchRecorder{em: on.em}
+		on.c = lock.New(on.rdb, &lock.Options{Owner: "bench", Recorder: on.toggle})
+		on.events = true
+		off = &side{rdb: on.rdb, c: on.c, keys: on.keys, toggle: on.toggle}
+	} else {
+		on, off = newSide(true), newSide(false)
+	}
 	defer func() {
 		on.em.Close(ctx)
 		on.rdb.Close()
-		off.rdb.Close()
+		if off.rdb != on.rdb {
+			off.rdb.Close()
+		}
 	}()
 	once := &lock.ObtainOptions{}
 	waiting := &lock.ObtainOptions{Retry: lock.LinearBackoff(retryGap)}
@@ -129,6 +173,9 @@ func benchEventsCost(b *testing.B, growing, hot bool, callers int) {
 		var done atomic.Int64
 		var failed atomic.Pointer[error]
 		var wg sync.WaitGroup
+		if sd.toggle != nil {
+			sd.toggle.on.Store(sd.events)
+		}
 		cpu0 := redistest.SelfCPU(b)
 		start := time.Now()
 		t := time.AfterFunc(d, func() { stop.Store(true) })
