@@ -7,9 +7,8 @@
 -- size their writer chose, and a consumer that died holding the stubs of
 -- read.lua's oversize entries would pass them on whole. So entries are
 -- claimed one at a time until the budget is spent, an entry larger than
--- the decoder accepts comes back as its ID and {"lockscope-oversize",
--- bytes} (claimed, so the collector acknowledges it), and entries trimmed
--- while pending are counted.
+-- the decoder accepts comes back as its stub (entry.lua's bounded), and
+-- entries trimmed while pending are counted.
 --
 -- Returns {next cursor ("0-0": the whole list was scanned), entries,
 -- entries trimmed while pending}.
@@ -24,14 +23,8 @@ for _ = 1, most do
       -- Redis 6.2 names an entry trimmed while pending this way.
       deleted = deleted + 1
     else
-      local n = #e[1]
-      local fields = e[2]
-      for j = 1, #fields do n = n + #fields[j] end
-      if n > largest then
-        out[#out + 1] = {e[1], {'lockscope-oversize', tostring(n)}}
-      else
-        out[#out + 1] = e
-      end
+      local entry, n = bounded(e, largest)
+      out[#out + 1] = entry
       bytes = bytes + n
     end
   end

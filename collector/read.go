@@ -23,10 +23,13 @@ import (
 // larger than any that decodes is replaced by a stub and counted as
 // malformed, never sent.
 
+//go:embed entry.lua
+var entryLua string
+
 //go:embed read.lua
 var readLua string
 
-var readScript = redis.NewScript(readLua)
+var readScript = redis.NewScript(entryLua + readLua)
 
 // oversizeField is the one field of the stub readScript returns in place of
 // an entry larger than maxEntryBytes: its size in bytes.
@@ -50,17 +53,8 @@ func errOversize(size string) error {
 func (c *Follower) readGroup(ctx context.Context, start string, most int) (msgs []redis.XMessage, scripted bool, err error) {
 	if !c.noScript.Load() {
 		msgs, err := c.readScripted(ctx, start, most)
-		var rerr redis.Error
-		switch {
-		case err == nil:
-			return msgs, true, nil
-		case errors.As(err, &rerr) && (redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command")):
-			if !c.noScript.Swap(true) {
-				c.log.Warn("EVALSHA refused: stream reads are sized by the previous read's entries only, so a writer of the stream who sends large entries after small ones can make one read bring up to Count of them",
-					"fix", remedy(err, "+evalsha +eval"), "err", err)
-			}
-		default:
-			return nil, true, err
+		if !c.scriptRefused(err) {
+			return msgs, true, err
 		}
 	}
 	block := time.Duration(-1)
@@ -69,6 +63,22 @@ func (c *Follower) readGroup(ctx context.Context, start string, most int) (msgs 
 	}
 	msgs, err = c.xreadGroup(ctx, start, most, block)
 	return msgs, false, err
+}
+
+// scriptRefused reports whether err says that this Redis user may not run
+// the read and claim scripts (no EVALSHA, or no scripting at all); then it
+// sets noScript, so reads and claims fall back to commands sized by count,
+// and says so in the log once.
+func (c *Follower) scriptRefused(err error) bool {
+	var rerr redis.Error
+	if err == nil || !errors.As(err, &rerr) || !(redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command")) {
+		return false
+	}
+	if !c.noScript.Swap(true) {
+		c.log.Warn("EVALSHA refused: stream reads and claims are sized by the previous read's entries only, so a writer of the stream who sends large entries after small ones can make one read bring up to Count of them",
+			"fix", remedy(err, "+evalsha +eval"), "err", err)
+	}
+	return true
 }
 
 // xreadGroup is one XREADGROUP (block < 0: without BLOCK).
@@ -93,28 +103,21 @@ func (c *Follower) xreadGroup(ctx context.Context, start string, most int, block
 //go:embed claim.lua
 var claimLua string
 
-var claimScript = redis.NewScript(claimLua)
+var claimScript = redis.NewScript(entryLua + claimLua)
 
 // claimGroup claims, from start (a cursor in the group's pending list), up
 // to most entries that other consumers left pending for ClaimMinIdle, and
 // returns them, the next cursor ("0-0": the list was scanned to its end) and
 // how many entries were trimmed while pending. With the script it brings
 // at most readBudget bytes and one entry, an oversize entry as its stub, as
-// readGroup does; without it, XAUTOCLAIM sized by the previous read.
+// readGroup does; without it, XAUTOCLAIM sized by the previous read
+// (count: most is the script's bound, which the previous read may not
+// have fitted).
 func (c *Follower) claimGroup(ctx context.Context, start string, most int) (msgs []redis.XMessage, next string, deleted int, err error) {
 	if !c.noScript.Load() {
 		msgs, next, deleted, err := c.claimScripted(ctx, start, most)
-		var rerr redis.Error
-		switch {
-		case err == nil:
-			return msgs, next, deleted, nil
-		case errors.As(err, &rerr) && (redis.HasErrorPrefix(err, "NOPERM") || redis.HasErrorPrefix(err, "ERR unknown command")):
-			if !c.noScript.Swap(true) {
-				c.log.Warn("EVALSHA refused: claims of a dead consumer's entries are sized by the previous read's entries only, so a writer of the stream who sends large entries can make one claim bring up to Count of them",
-					"fix", remedy(err, "+evalsha +eval"), "err", err)
-			}
-		default:
-			return nil, "", 0, err
+		if !c.scriptRefused(err) {
+			return msgs, next, deleted, err
 		}
 	}
 	msgs, next, ids, err := c.rdb.XAutoClaimWithDeleted(ctx, &redis.XAutoClaimArgs{

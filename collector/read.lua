@@ -5,10 +5,9 @@
 --
 -- Entries are taken one at a time until the budget is spent, so a read
 -- brings at most the budget and one entry more, whatever the sizes a
--- writer of the stream chose. An entry larger than the decoder accepts is
--- returned as its ID and {"lockscope-oversize", bytes}: read, so it is
--- pending and the collector acknowledges it, but never sent whole. An
--- entry trimmed while pending comes back as its ID alone.
+-- writer of the stream chose. An entry larger than the decoder accepts
+-- comes back as its stub (entry.lua's bounded). An entry trimmed while
+-- pending comes back as its ID alone.
 local group, consumer, id = ARGV[1], ARGV[2], ARGV[3]
 local most, budget, largest = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local out, bytes = {}, 0
@@ -19,16 +18,12 @@ for _ = 1, most do
   if not e then break end
   if id ~= '>' then id = e[1] end
   local n = #e[1]
-  local fields = e[2]
-  if not fields then
+  if not e[2] then
     out[#out + 1] = {e[1]}
   else
-    for j = 1, #fields do n = n + #fields[j] end
-    if n > largest then
-      out[#out + 1] = {e[1], {'lockscope-oversize', tostring(n)}}
-    else
-      out[#out + 1] = e
-    end
+    local entry
+    entry, n = bounded(e, largest)
+    out[#out + 1] = entry
   end
   bytes = bytes + n
   if bytes >= budget then break end

@@ -68,16 +68,7 @@ func TestReadBoundedInBytes(t *testing.T) {
 	}
 	agg, _ := testAgg(t, state.Config{})
 	c := New(rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: "c"})
-	small := strings.Repeat("s", 100<<10)
-	for range 64 {
-		xaddRaw(t, rdb, stream, "v", "1", "b", small)
-	}
-	large := strings.Repeat("L", 3<<20)
-	for range 64 {
-		xaddRaw(t, rdb, stream, "v", "1", "b", large)
-	}
-	xaddRaw(t, rdb, stream, "v", "1", "b", strings.Repeat("H", maxEntryBytes+1))
-	xaddRaw(t, rdb, stream, "v", "1", "b", "last")
+	addSizedEntries(t, rdb, stream, maxEntryBytes+1)
 
 	var sizes []int // of the reads
 	var ids []string
@@ -104,16 +95,9 @@ func TestReadBoundedInBytes(t *testing.T) {
 	if len(ids) != 130 || stubs != 1 {
 		t.Fatalf("read %d entries with %d oversize stubs, want 130 and 1 (reads of %v bytes)", len(ids), stubs, sizes)
 	}
-	for i, n := range sizes {
-		if n > readBudget+3<<20+1000 {
-			t.Errorf("read %d brought %d bytes, want at most the budget (%d) and one entry", i, n, readBudget)
-		}
-	}
 	// The first read takes all 64 small entries (6.4 MB) and large ones
 	// until 16 MB: never 64 large ones after 64 small.
-	if len(sizes) < 12 {
-		t.Errorf("%d reads for 192 MB, want at least 12 of at most 16 MB", len(sizes))
-	}
+	checkReadSizes(t, "read", sizes)
 
 	// Nothing acknowledged: the pending list reads back in the same bounds.
 	var again []string
@@ -185,16 +169,7 @@ func TestClaimBoundedInBytes(t *testing.T) {
 	if err := rdb.XGroupCreateMkStream(ctx, stream, DefaultGroup, "0").Err(); err != nil {
 		t.Fatal(err)
 	}
-	small := strings.Repeat("s", 100<<10)
-	for range 64 {
-		xaddRaw(t, rdb, stream, "v", "1", "b", small)
-	}
-	large := strings.Repeat("L", 3<<20)
-	for range 64 {
-		xaddRaw(t, rdb, stream, "v", "1", "b", large)
-	}
-	xaddRaw(t, rdb, stream, "v", "1", "b", strings.Repeat("H", 40<<20))
-	xaddRaw(t, rdb, stream, "v", "1", "b", "last")
+	addSizedEntries(t, rdb, stream, 40<<20)
 	// A consumer reads everything and dies; one entry is trimmed after.
 	read, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: DefaultGroup, Consumer: "dead", Streams: []string{stream, ">"}, Count: 200}).Result()
 	if err != nil || len(read) != 1 || len(read[0].Messages) != 130 {
@@ -211,55 +186,83 @@ func TestClaimBoundedInBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// One pass of claims once every entry is idle for ClaimMinIdle (a
+	// second pass would take back this consumer's own, idle again).
+	const minIdle = 50 * time.Millisecond
+	redistest.WaitFor(t, waitLimit, "the dead consumer's entries idle", func() bool {
+		p, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: DefaultGroup, Idle: minIdle, Start: "-", End: "+", Count: 200}).Result()
+		return err == nil && len(p) == 130
+	})
 	agg, _ := testAgg(t, state.Config{})
-	c := New(rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: "c", ClaimMinIdle: time.Millisecond})
+	c := New(rdb, agg, &Options{Stream: stream, Group: DefaultGroup, Consumer: "c", ClaimMinIdle: minIdle})
 	var sizes []int // of the claims that brought entries
 	var ids []string
 	stubs, deleted := 0, 0
-	redistest.WaitFor(t, waitLimit, "every pending entry claimed", func() bool {
-		start := "0-0"
-		for range 1000 {
-			msgs, next, gone, err := c.claimGroup(ctx, start, c.readCount())
-			if err != nil {
-				t.Fatal(err)
-			}
-			deleted += gone
-			if len(msgs) > 0 {
-				sizes = append(sizes, readBytes(msgs))
-				c.sized(msgs)
-			}
-			for _, m := range msgs {
-				ids = append(ids, m.ID)
-				if size, ok := oversized(m); ok {
-					stubs++
-					if want := strconv.Itoa(40<<20 + len(m.ID) + len("v1b")); size != want {
-						t.Errorf("oversize stub names %s bytes, want %s", size, want)
-					}
+	for start := "0-0"; ; {
+		msgs, next, gone, err := c.claimGroup(ctx, start, c.readCount())
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted += gone
+		if len(msgs) > 0 {
+			sizes = append(sizes, readBytes(msgs))
+			c.sized(msgs)
+		}
+		for _, m := range msgs {
+			ids = append(ids, m.ID)
+			if size, ok := oversized(m); ok {
+				stubs++
+				if want := strconv.Itoa(40<<20 + len(m.ID) + len("v1b")); size != want {
+					t.Errorf("oversize stub names %s bytes, want %s", size, want)
 				}
 			}
-			if next == "0-0" || next == start {
-				break
-			}
-			start = next
 		}
-		return len(ids) >= 129
-	})
+		if next == "0-0" || next == start {
+			break
+		}
+		start = next
+	}
 	if len(ids) != 129 || stubs != 1 || deleted != 1 {
 		t.Fatalf("claimed %d entries with %d oversize stubs, %d trimmed; want 129, 1 and 1 (claims of %v bytes)", len(ids), stubs, deleted, sizes)
 	}
 	if slices.Contains(ids, trimmed) {
 		t.Errorf("the trimmed entry %s was claimed", trimmed)
 	}
-	for i, n := range sizes {
-		if n > readBudget+3<<20+1000 {
-			t.Errorf("claim %d brought %d bytes, want at most the budget (%d) and one entry", i, n, readBudget)
-		}
-	}
-	if len(sizes) < 12 {
-		t.Errorf("%d claims for 192 MB, want at least 12 of at most 16 MB", len(sizes))
-	}
+	checkReadSizes(t, "claim", sizes)
 	// Claimed: the pending entries are this consumer's now.
 	if p, err := rdb.XPending(ctx, stream, DefaultGroup).Result(); err != nil || p.Consumers["c"] != 129 || p.Consumers["dead"] != 0 {
 		t.Errorf("pending after the claims: %+v, %v; want 129 of c's", p, err)
+	}
+}
+
+// addSizedEntries adds to stream 64 entries of 100 KB, 64 of 3 MB (192 MB
+// in all), one of huge bytes and a small last one: what a writer who sends
+// small entries and then large ones leaves for a read or a claim.
+func addSizedEntries(t *testing.T, rdb *redis.Client, stream string, huge int) {
+	t.Helper()
+	small := strings.Repeat("s", 100<<10)
+	for range 64 {
+		xaddRaw(t, rdb, stream, "v", "1", "b", small)
+	}
+	large := strings.Repeat("L", 3<<20)
+	for range 64 {
+		xaddRaw(t, rdb, stream, "v", "1", "b", large)
+	}
+	xaddRaw(t, rdb, stream, "v", "1", "b", strings.Repeat("H", huge))
+	xaddRaw(t, rdb, stream, "v", "1", "b", "last")
+}
+
+// checkReadSizes fails t unless each of the reads (or claims) of
+// addSizedEntries's stream brought at most readBudget bytes and one 3 MB
+// entry, so that its 192 MB took at least 12 of them.
+func checkReadSizes(t *testing.T, what string, sizes []int) {
+	t.Helper()
+	for i, n := range sizes {
+		if n > readBudget+3<<20+1000 {
+			t.Errorf("%s %d brought %d bytes, want at most the budget (%d) and one entry", what, i, n, readBudget)
+		}
+	}
+	if len(sizes) < 12 {
+		t.Errorf("%d %ss for 192 MB, want at least 12 of at most 16 MB", len(sizes), what)
 	}
 }

@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// allocsChildEnv marks the process TestCycleAllocations runs itself in.
+const allocsChildEnv = "LOCKSCOPE_TEST_ALLOCS_CHILD"
+
 // TestCycleAllocations bounds the allocations of an uncontended Obtain +
 // Release, events off: the lease (which holds its commands' arguments), its
 // value head, the SET's value, the two commands, and what go-redis allocates
@@ -75,9 +78,6 @@ func TestCycleAllocations(t *testing.T) {
 // TestScriptFlushFallsBackToEval checks that the scripts run again as EVAL
 // when Redis no longer knows them (a restart, SCRIPT FLUSH), both when the
 // caller sends its command on its own and through the batcher's pipelines.
-// allocsChildEnv marks the process TestCycleAllocations runs itself in.
-const allocsChildEnv = "LOCKSCOPE_TEST_ALLOCS_CHILD"
-
 func TestScriptFlushFallsBackToEval(t *testing.T) {
 	c, rdb, _, p := newClient(t, "noscript")
 	ctx := context.Background()
