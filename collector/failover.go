@@ -3,6 +3,7 @@ package collector
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -18,6 +19,14 @@ import (
 // read, and the gap tracker takes the new primary's counters as its
 // baseline, so the other history's deficit is not reported as entries
 // trimmed unread.
+//
+// The group's position may also have moved on before the poll: a read that
+// the client retried onto the new primary by itself, and new entries there,
+// put the group past everything the collector applied, or is applying. The
+// stream's own count tells it then (entries-added, Redis 7, which trimming
+// and XDEL leave alone): since the previous poll, this collector alone has
+// read more entries added after it than the stream says were added. Some of the entries it read are not in this
+// stream's history: Redis lost them.
 
 // checkLostWrites is called by inspect, with gaps.mu held, for the group g
 // of the stream si.
@@ -52,6 +61,48 @@ func (c *Follower) checkLostWrites(ctx context.Context, si *streamInfo, g groupI
 	}
 	c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished", args...)
 	return nil
+}
+
+// freshReads counts the entries this collector read as new (">") after a
+// poll's last entry, between that poll and the next: entries added after
+// that poll, as IDs only grow (its backlog then is not counted).
+type freshReads struct {
+	after string // the stream's last entry at the poll
+	added int64  // its entries-added then
+	gen   uint64 // the group's generation then
+	known bool   // entries-added was known (Redis 7)
+	n     atomic.Int64
+}
+
+// countFresh counts, for the lost-writes check, the entries a read as new
+// brought that came after the last poll's last entry.
+func (c *Follower) countFresh(msgs []redis.XMessage) {
+	f := c.fresh.Load()
+	if f == nil {
+		return
+	}
+	var n int64
+	for _, m := range msgs {
+		if idLess(f.after, m.ID) {
+			n++
+		}
+	}
+	f.n.Add(n)
+}
+
+// checkReadTooMuch is checkLostWrites' second test: read, the new entries
+// this collector had read since the previous poll, counted before its XINFO
+// (so each was delivered before the stream's figures were taken), against
+// the entries added since. It then starts the count for the next poll.
+// Called by inspect with gaps.mu held.
+func (c *Follower) checkReadTooMuch(prev *freshReads, read int64, si *streamInfo) {
+	gen := c.groupGen.Load()
+	if !c.gaps.rebase && prev != nil && prev.known && prev.gen == gen && si.hasCounters && read > si.entriesAdded-prev.added {
+		c.gaps.rebase = true
+		c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished",
+			"entries_read", read, "entries_added", si.entriesAdded-prev.added, "last_entry_before", prev.after, "last_entry_now", si.lastGenerated)
+	}
+	c.fresh.Store(&freshReads{after: si.lastGenerated, added: si.entriesAdded, gen: gen, known: si.hasCounters})
 }
 
 // entryGone reports whether the stream has no entry id.

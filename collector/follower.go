@@ -178,10 +178,11 @@ type Follower struct {
 	sharedWarned bool
 	replayed     chan struct{}
 
-	groupGen atomic.Uint64 // bumped whenever this collector (re)creates the group
-	entries  atomic.Int64  // entries applied, malformed included
-	applied  atomic.Int64  // events passed to Aggregator.Apply from the stream
-	synced   atomic.Int64  // watcher (re)subscriptions completed with their rescan
+	groupGen atomic.Uint64              // bumped whenever this collector (re)creates the group
+	fresh    atomic.Pointer[freshReads] // new entries read since the last poll (failover.go)
+	entries  atomic.Int64               // entries applied, malformed included
+	applied  atomic.Int64               // events passed to Aggregator.Apply from the stream
+	synced   atomic.Int64               // watcher (re)subscriptions completed with their rescan
 }
 
 // New returns a Follower reading from rdb into agg. opt may be nil.

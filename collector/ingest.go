@@ -137,6 +137,7 @@ func (c *Follower) fetch(ctx context.Context, out chan<- batch) {
 		n := len(msgs)
 		if n > 0 {
 			c.sized(msgs)
+			c.countFresh(msgs)
 			out <- batch{msgs: msgs, gen: gen}
 		}
 		if readBytes(msgs) >= readBudget {

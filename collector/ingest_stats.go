@@ -59,6 +59,11 @@ type gapTracker struct {
 func (c *Follower) inspect(ctx context.Context) (*streamInfo, map[string]groupInfo, error) {
 	c.gaps.mu.Lock()
 	defer c.gaps.mu.Unlock()
+	prev := c.fresh.Load()
+	var read int64
+	if prev != nil {
+		read = prev.n.Load() // before XINFO: each was delivered before it (failover.go)
+	}
 	si, groups, err := c.streamInfo(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -72,6 +77,7 @@ func (c *Follower) inspect(ctx context.Context) (*streamInfo, map[string]groupIn
 	if err := c.checkLostWrites(ctx, si, g); err != nil {
 		return nil, nil, err
 	}
+	c.checkReadTooMuch(prev, read, si)
 	c.gaps.last = si.lastGenerated
 	missing, lag := c.gaps.update(c.groupGen.Load(), si, g)
 	if missing > 0 {
