@@ -34,7 +34,12 @@ import (
 // Acquisitions read before the acquired event of a lease they hold (it
 // came through another partition) wait for it up to orderPendingFor of
 // event time. An ended hold is remembered orderHoldGrace longer for the same
-// reason.
+// reason, unless room is short: when the holds fill their bound (a busy
+// service ends more holds within the grace than the graph keeps), the ended
+// ones are forgotten at once and each later hold at its end, until a prune
+// (every orderPruneEvery) finds that the rate holds end at would keep no
+// more than half the bound within the grace. A hold still held is never
+// forgotten for room.
 //
 // Memory: at most MaxOrderEdges edges, each with at most MaxOrderOwners
 // owners (strings the state keeps anyway, cut at MaxTextBytes) and one key
@@ -57,8 +62,9 @@ const (
 	MaxOrderEdges = 1024
 	// maxOrderHolds is the most holds the graph knows by lease (an
 	// acquisition's key and class, kept until its end or expiry and
-	// orderHoldGrace after): past it, an acquisition under a hold it does
-	// not know makes no edge. Aggregator.LockOrderHolds says how many now.
+	// orderHoldGrace after, or at once when room is short): when all of them
+	// are still held, an acquisition under a hold it does not know makes no
+	// edge. Aggregator.LockOrderHolds says how many now.
 	maxOrderHolds = 1 << 17
 
 	maxOrderHoldBytes = 16 << 20
@@ -126,6 +132,7 @@ type orderPair struct{ from, to string }
 type orderHold struct {
 	key, class string
 	until      int64 // event time past which it is forgotten; 0: not known (no TTL and not ended)
+	ended      bool  // its end was applied: kept for the grace only
 }
 
 type orderEdge struct {
@@ -155,6 +162,12 @@ type lockOrder struct {
 	holdCount atomic.Int64 // len(holds), for a reader without the state's lock
 	lastPrune int64
 	pending   []orderPending
+	// short: the holds filled their bound; until a prune finds that the
+	// grace would keep no more than half of it at the rate holds end, a
+	// hold is forgotten at its end.
+	short     bool
+	ends      int64 // holds ended since the last periodic prune
+	lastCheck int64 // event time of that prune
 
 	mu      sync.Mutex
 	edges   map[orderPair]*orderEdge
@@ -186,7 +199,14 @@ func (a *Aggregator) orderLocked(e *event.Event, class, key, owner, lease string
 		}
 	case event.Released, event.Lost, event.Forced, event.Expired:
 		if h, ok := o.holds[lease]; ok {
+			o.ends++
+			if o.short {
+				o.forgetLocked(lease, h)
+				o.holdCount.Store(int64(len(o.holds)))
+				return
+			}
 			h.until = after(ts, orderHoldGrace)
+			h.ended = true
 			o.holds[lease] = h
 		}
 	}
@@ -220,11 +240,20 @@ func (o *lockOrder) acquiredLocked(e *event.Event, class, key, owner, lease stri
 	}
 	cost := orderHoldCost + len(lease) + len(key)
 	if len(o.holds) >= maxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
-		// Full: prune now, but at most once a second of event time (a
-		// pass over every hold), so a full map of holds that never end
-		// costs each acquisition nothing more.
+		// Full: prune now, forgetting every ended hold, but at most once
+		// a second of event time (a pass over every hold), so a full map
+		// of holds that never end costs each acquisition nothing more.
 		if ts-o.lastPrune >= int64(time.Second) {
+			o.short = true
 			o.pruneLocked(ts)
+			// A map keeps the room it grew to: the holds left (those
+			// still held, often few) go to one of their size, which the
+			// lookups that follow find in cache.
+			holds := make(map[string]orderHold, len(o.holds))
+			for l, h := range o.holds {
+				holds[l] = h
+			}
+			o.holds = holds
 		}
 		if len(o.holds) >= maxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
 			return // acquisitions under this hold will make no edge
@@ -278,12 +307,16 @@ func (o *lockOrder) observeLocked(h orderHold, to, key, owner string, ts int64) 
 func (o *lockOrder) pruneLocked(clock int64) {
 	o.lastPrune = clock
 	for l, h := range o.holds {
-		if h.until != 0 && h.until < clock {
-			delete(o.holds, l)
-			o.holdBytes -= orderHoldCost + len(l) + len(h.key)
+		if h.until != 0 && h.until < clock || o.short && h.ended {
+			o.forgetLocked(l, h)
 		}
 	}
 	o.holdCount.Store(int64(len(o.holds)))
+}
+
+func (o *lockOrder) forgetLocked(lease string, h orderHold) {
+	delete(o.holds, lease)
+	o.holdBytes -= orderHoldCost + len(lease) + len(h.key)
 }
 
 // scanLockOrderLocked resolves the acquisitions waiting for their held
@@ -294,6 +327,20 @@ func (a *Aggregator) scanLockOrderLocked(clock int64) {
 	o := a.order
 	if clock-o.lastPrune >= int64(orderPruneEvery) {
 		o.pruneLocked(clock)
+		if o.short {
+			// The holds the grace would keep at the rate they ended
+			// since the last prune, besides those held now: under half
+			// the bound, ended holds get their grace again.
+			period := int64(orderPruneEvery)
+			if o.lastCheck != 0 {
+				period = max(clock-o.lastCheck, period)
+			}
+			kept := float64(o.ends) * float64(orderHoldGrace+orderPruneEvery) / float64(period)
+			if float64(len(o.holds))+kept < maxOrderHolds/2 && o.holdBytes < maxOrderHoldBytes/2 {
+				o.short = false
+			}
+		}
+		o.ends, o.lastCheck = 0, clock
 	}
 	o.mu.Lock()
 	if len(o.pending) > 0 {

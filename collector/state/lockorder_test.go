@@ -431,3 +431,100 @@ func TestLockOrderConcurrentReaders(t *testing.T) {
 		t.Error("no inversion among classes taken both ways")
 	}
 }
+
+// A busy service ends far more holds within orderHoldGrace than the graph
+// keeps (some 4 400 acquisitions a second fill it): the ended holds, kept
+// only for an acquisition read late, make room for new ones, and a hold
+// still held is never pushed out. After such churn an
+// inversion is still found, one order under a hold taken before the churn
+// and still held, the other under a hold taken after it; the same churn with
+// one order only finds one edge and no inversion.
+func TestLockOrderUnderChurn(t *testing.T) {
+	for _, inverted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inverted=%v", inverted), func(t *testing.T) {
+			agg, clk := newTestAggregator(t, Config{})
+			s := time.Second
+			applyAt(agg, clk, s, nested("order:1", "svc-a", "A1", s)) // held throughout
+			churn(agg, clk, s, maxOrderHolds+5000)
+			if n := agg.LockOrderHolds(); n > maxOrderHolds {
+				t.Fatalf("%d holds after the churn, want at most %d", n, maxOrderHolds)
+			}
+			second := []event.Event{nested("order:2", "svc-b", "B1", 2*s), nested("inventory:2", "svc-b", "B2", 2*s, "B1")}
+			if inverted {
+				second = []event.Event{nested("inventory:2", "svc-b", "B1", 2*s), nested("order:2", "svc-b", "B2", 2*s, "B1")}
+			}
+			applyAt(agg, clk, 2*s, append([]event.Event{nested("inventory:1", "svc-a", "A2", 2*s, "A1")}, second...)...)
+			agg.Tick()
+			want := []edgeSummary{{"order:*", "inventory:*", 2, []string{"svc-a", "svc-b"}, false, "order:2", "inventory:2", 2 * s, 2 * s}}
+			if inverted {
+				want = []edgeSummary{
+					{"inventory:*", "order:*", 1, []string{"svc-b"}, false, "inventory:2", "order:2", 2 * s, 2 * s},
+					{"order:*", "inventory:*", 1, []string{"svc-a"}, false, "order:1", "inventory:1", 2 * s, 2 * s},
+				}
+			}
+			if d := cmp.Diff(want, summarize(agg.LockOrder("").Edges)); d != "" {
+				t.Errorf("edges after the churn (-want +got):\n%s", d)
+			}
+			if n, w := agg.LockOrderInversions(), map[bool]int{true: 1, false: 0}[inverted]; n != w {
+				t.Errorf("inversions = %d, want %d", n, w)
+			}
+		})
+	}
+}
+
+// churn applies n acquisitions and releases of keys of class churn:* at
+// T0+at.
+func churn(agg *Aggregator, clk *aggClock, at time.Duration, n int) {
+	evs := make([]event.Event, 0, 4096)
+	for i := range n {
+		key, lease := fmt.Sprint("churn:", i), fmt.Sprint("C", at, i)
+		evs = append(evs, nested(key, "svc-c", lease, at), ended(event.Released, key, "svc-c", lease, at, 0, ""))
+		if len(evs) == cap(evs) {
+			applyAt(agg, clk, at, evs...)
+			evs = evs[:0]
+		}
+	}
+	applyAt(agg, clk, at, evs...)
+}
+
+// Room stays short while holds end faster than the graph keeps them for
+// the grace, and then an acquisition read after its outer hold ended makes
+// no edge (the price of keeping new holds). Once they end slowly, a prune
+// gives the grace back, and the same late acquisition makes its edge.
+func TestLockOrderGraceReturns(t *testing.T) {
+	agg, clk := newTestAggregator(t, Config{})
+	s := time.Second
+	late := func(at time.Duration, n int) { // order:n, ended, then inventory:n under it, read late
+		out, in := fmt.Sprint("O", n), fmt.Sprint("I", n)
+		applyAt(agg, clk, at, nested(fmt.Sprint("order:", n), "svc-a", out, at), ended(event.Released, fmt.Sprint("order:", n), "svc-a", out, at, 0, ""))
+		applyAt(agg, clk, at+s, nested(fmt.Sprint("inventory:", n), "svc-a", in, at+s, out))
+	}
+	edges := func() int64 {
+		var n int64
+		for _, e := range agg.LockOrder("").Edges {
+			n += e.Count
+		}
+		return n
+	}
+	churn(agg, clk, s, maxOrderHolds+5000)
+	late(2*s, 1)
+	clk.Set(aggT0.Add(12 * s))
+	agg.Tick() // 136 000 ended in the last 12 s: the grace would keep 450 000
+	if !agg.order.short {
+		t.Fatalf("room not short after %d holds ended within a second", maxOrderHolds+5000)
+	}
+	if n := edges(); n != 0 {
+		t.Errorf("%d acquisitions counted while room is short, want the late one to make no edge", n)
+	}
+	clk.Set(aggT0.Add(23 * s))
+	agg.Tick() // two ended in the last 11 s
+	if agg.order.short {
+		t.Fatalf("room still short after 11 s with two holds ended")
+	}
+	late(24*s, 2)
+	clk.Set(aggT0.Add(34 * s))
+	agg.Tick()
+	if n := edges(); n != 1 {
+		t.Errorf("%d acquisitions counted once the grace is back, want the late one", n)
+	}
+}

@@ -694,8 +694,9 @@ func (a *Aggregator) TrackedKeys() int { return int(a.tracked.Load()) }
 
 // LockOrderHolds returns the holds the lock-order graph knows by lease now
 // (at most maxOrderHolds): every acquisition's, until its end or expiry
-// and 30 s after. At the bound, an acquisition under a hold it does not
-// know makes no edge.
+// and 30 s after (at once while room is short). Only when every hold kept
+// is still held does an acquisition under a hold it does not know make no
+// edge.
 func (a *Aggregator) LockOrderHolds() int { return int(a.order.holdCount.Load()) }
 
 // DeadlockCycles returns the number of cycles of the wait-for graph found
