@@ -221,7 +221,7 @@ func New() *Metrics {
 		trackedKeys: prometheus.NewDesc(namespace+"_tracked_keys",
 			"Keys whose state the collector keeps in memory now (at most --max-keys; the least recently active are evicted past it).", nil, nil),
 		lockOrderHolds: prometheus.NewDesc(namespace+"_lock_order_holds",
-			"Holds the lock-order graph knows by lease now: each acquisition's, until 30 s after its end or expiry (at most 131072; at the bound, ended holds are forgotten at once, without the grace, until half the room is free again; only when all are still held does an acquisition under an unknown hold make no edge).", nil, nil),
+			"Holds the lock-order graph knows by lease now: each acquisition's, until 30 s after its end or expiry (at most 131072; at the bound, ended holds are forgotten at once, without the grace, while holds end faster than it can keep them; only when all are still held does an acquisition under an unknown hold make no edge).", nil, nil),
 	}
 	m.hot = &hotKeyCollector{desc: prometheus.NewDesc(namespace+"_hot_key_contentions",
 		"Contentions of the 10 most contended keys over the last 5 minutes (space-saving estimate), plus key=\"__other__\" for the rest of the window.",

@@ -97,7 +97,7 @@ func TestLockOrderHoldsGauge(t *testing.T) {
 	}
 	want := func(n int) {
 		t.Helper()
-		exp := "# HELP lockscope_lock_order_holds Holds the lock-order graph knows by lease now: each acquisition's, until 30 s after its end or expiry (at most 131072; at the bound, ended holds are forgotten at once, without the grace, until half the room is free again; only when all are still held does an acquisition under an unknown hold make no edge).\n" +
+		exp := "# HELP lockscope_lock_order_holds Holds the lock-order graph knows by lease now: each acquisition's, until 30 s after its end or expiry (at most 131072; at the bound, ended holds are forgotten at once, without the grace, while holds end faster than it can keep them; only when all are still held does an acquisition under an unknown hold make no edge).\n" +
 			"# TYPE lockscope_lock_order_holds gauge\nlockscope_lock_order_holds " + fmtFloat(float64(n)) + "\n"
 		if err := testutil.GatherAndCompare(reg, strings.NewReader(exp), "lockscope_lock_order_holds"); err != nil {
 			t.Error(err)
