@@ -23,9 +23,11 @@ import (
 // The group's position may also have moved on before the poll: a read that
 // the client retried onto the new primary by itself, and new entries there,
 // put the group past everything the collector applied, or is applying. The
-// stream's own count tells it then (entries-added, Redis 7, which trimming
-// and XDEL leave alone): since the previous poll, this collector alone has
-// read more entries added after it than the stream says were added. Some of the entries it read are not in this
+// counters tell it then (Redis 7): since the previous poll, this collector
+// alone has read more entries added after it than the group has been
+// delivered of them (its entries-read now, less the stream's entries-added
+// then, which was the poll's last entry's place in the stream; trimming and
+// XDEL change neither, and entries added but not read yet do not count). Some of the entries it read are not in this
 // stream's history: Redis lost them.
 
 // checkLostWrites is called by inspect, with gaps.mu held, for the group g
@@ -92,15 +94,15 @@ func (c *Follower) countFresh(msgs []redis.XMessage) {
 
 // checkReadTooMuch is checkLostWrites' second test: read, the new entries
 // this collector had read since the previous poll, counted before its XINFO
-// (so each was delivered before the stream's figures were taken), against
-// the entries added since. It then starts the count for the next poll.
+// (so each was delivered before the group's figures were taken), against
+// the entries the group was delivered since. It then starts the count for the next poll.
 // Called by inspect with gaps.mu held.
-func (c *Follower) checkReadTooMuch(prev *freshReads, read int64, si *streamInfo) {
+func (c *Follower) checkReadTooMuch(prev *freshReads, read int64, si *streamInfo, g groupInfo) {
 	gen := c.groupGen.Load()
-	if !c.gaps.rebase && prev != nil && prev.known && prev.gen == gen && si.hasCounters && read > si.entriesAdded-prev.added {
+	if !c.gaps.rebase && prev != nil && prev.known && prev.gen == gen && g.entriesReadValid && read > max(g.entriesRead-prev.added, 0) {
 		c.gaps.rebase = true
 		c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished",
-			"entries_read", read, "entries_added", si.entriesAdded-prev.added, "last_entry_before", prev.after, "last_entry_now", si.lastGenerated)
+			"entries_read", read, "group_delivered", max(g.entriesRead-prev.added, 0), "last_entry_before", prev.after, "last_entry_now", si.lastGenerated)
 	}
 	c.fresh.Store(&freshReads{after: si.lastGenerated, added: si.entriesAdded, gen: gen, known: si.hasCounters})
 }

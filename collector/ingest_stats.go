@@ -77,7 +77,7 @@ func (c *Follower) inspect(ctx context.Context) (*streamInfo, map[string]groupIn
 	if err := c.checkLostWrites(ctx, si, g); err != nil {
 		return nil, nil, err
 	}
-	c.checkReadTooMuch(prev, read, si)
+	c.checkReadTooMuch(prev, read, si, g)
 	c.gaps.last = si.lastGenerated
 	missing, lag := c.gaps.update(c.groupGen.Load(), si, g)
 	if missing > 0 {
