@@ -27,8 +27,12 @@ import (
 // alone has read more entries added after it than the group has been
 // delivered of them (its entries-read now, less the stream's entries-added
 // then, which was the poll's last entry's place in the stream; trimming and
-// XDEL change neither, and entries added but not read yet do not count). Some of the entries it read are not in this
-// stream's history: Redis lost them.
+// XDEL change neither, and entries added but not read yet do not count).
+// Some of the entries it read are not in this stream's history: Redis lost
+// them.
+
+// lostReadWrites says that Redis lost entries this collector had read.
+const lostReadWrites = "Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished"
 
 // checkLostWrites is called by inspect, with gaps.mu held, for the group g
 // of the stream si.
@@ -61,7 +65,7 @@ func (c *Follower) checkLostWrites(ctx context.Context, si *streamInfo, g groupI
 			return nil
 		}
 	}
-	c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished", args...)
+	c.log.Warn(lostReadWrites, args...)
 	return nil
 }
 
@@ -95,14 +99,16 @@ func (c *Follower) countFresh(msgs []redis.XMessage) {
 // checkReadTooMuch is checkLostWrites' second test: read, the new entries
 // this collector had read since the previous poll, counted before its XINFO
 // (so each was delivered before the group's figures were taken), against
-// the entries the group was delivered since. It then starts the count for the next poll.
-// Called by inspect with gaps.mu held.
+// the entries the group was delivered since. It then starts the count for
+// the next poll. Called by inspect with gaps.mu held.
 func (c *Follower) checkReadTooMuch(prev *freshReads, read int64, si *streamInfo, g groupInfo) {
 	gen := c.groupGen.Load()
-	if !c.gaps.rebase && prev != nil && prev.known && prev.gen == gen && g.entriesReadValid && read > max(g.entriesRead-prev.added, 0) {
-		c.gaps.rebase = true
-		c.log.Warn("Redis lost writes (a failover to a replica that had not received them, or a restart): the stream no longer holds entries this collector had read (they stay in its picture; a replica that rebuilds now will not see them). Locks written in that window may be gone too: look for overlaps with cause vanished",
-			"entries_read", read, "group_delivered", max(g.entriesRead-prev.added, 0), "last_entry_before", prev.after, "last_entry_now", si.lastGenerated)
+	if !c.gaps.rebase && prev != nil && prev.known && prev.gen == gen && g.entriesReadValid {
+		if delivered := max(g.entriesRead-prev.added, 0); read > delivered {
+			c.gaps.rebase = true
+			c.log.Warn(lostReadWrites, "entries_read", read, "group_delivered", delivered,
+				"last_entry_before", prev.after, "last_entry_now", si.lastGenerated)
+		}
 	}
 	c.fresh.Store(&freshReads{after: si.lastGenerated, added: si.entriesAdded, gen: gen, known: si.hasCounters})
 }

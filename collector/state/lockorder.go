@@ -245,15 +245,19 @@ func (o *lockOrder) acquiredLocked(e *event.Event, class, key, owner, lease stri
 		// of holds that never end costs each acquisition nothing more.
 		if ts-o.lastPrune >= int64(time.Second) {
 			o.short = true
+			before := len(o.holds)
 			o.pruneLocked(ts)
-			// A map keeps the room it grew to: the holds left (those
-			// still held, often few) go to one of their size, which the
-			// lookups that follow find in cache.
-			holds := make(map[string]orderHold, len(o.holds))
-			for l, h := range o.holds {
-				holds[l] = h
+			if len(o.holds) < before/2 {
+				// A map keeps the room it grew to: the holds left
+				// (those still held, often few) go to one of their
+				// size, which the lookups that follow find in cache.
+				// A map of holds still held is left as it is.
+				holds := make(map[string]orderHold, len(o.holds))
+				for l, h := range o.holds {
+					holds[l] = h
+				}
+				o.holds = holds
 			}
-			o.holds = holds
 		}
 		if len(o.holds) >= maxOrderHolds || o.holdBytes+cost > maxOrderHoldBytes {
 			return // acquisitions under this hold will make no edge
