@@ -36,7 +36,6 @@ const hostileRSSBudget = 320 << 20
 // cut was counted, and that no page or API answer it serves meanwhile is
 // larger than a few hundred kilobytes.
 func TestHostileStreamMemoryBounded(t *testing.T) {
-	t.Parallel()
 	h := startHostile(t)
 	h.longStrings()
 	h.longKeys()
@@ -57,7 +56,6 @@ func TestHostileStreamMemoryBounded(t *testing.T) {
 // review saw 426 MB, twice, on a quiet machine; here it stays near 160 MB
 // with and without the stop, on a loaded host).
 func TestHostileStreamMemoryStringsThenWaiters(t *testing.T) {
-	t.Parallel()
 	h := startHostile(t)
 	h.longStrings()
 	// serve lags behind the writer: it reads the waiters' entries after

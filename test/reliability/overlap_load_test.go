@@ -54,7 +54,6 @@ func matches(o loggedOverlap, in overlapJSON) bool {
 // other. Set LOCKSCOPE_OVERLAP_RUN to a duration for a longer run, and
 // LOCKSCOPE_OVERLAP_SPEED for another --speed (5: TTLs of 400 ms).
 func TestOverlapsOfALoadRunAreTheWorkloadsOwn(t *testing.T) {
-	t.Parallel()
 	run, speed := 45*time.Second, "5"
 	if d, err := time.ParseDuration(os.Getenv("LOCKSCOPE_OVERLAP_RUN")); err == nil && d > 0 {
 		run = d

@@ -156,7 +156,6 @@ func holdWithRedisPy(t *testing.T, port int, key string) string {
 // the other shows (holders, since to the nanosecond, stuck flags, each key's
 // expirations, the overview's counts), and both what Redis holds.
 func TestReplicasAgreeOnPassiveLocksAcrossSIGKILLs(t *testing.T) {
-	t.Parallel()
 	bin := redistest.Lockscope(t)
 	srv := redistest.Start(t, redistest.Options{})
 	rdb := srv.Client(t)

@@ -21,7 +21,6 @@ import (
 // reporting a loss, and the operator commands must work through Sentinel
 // too.
 func TestSentinelFailoverUnderLoad(t *testing.T) {
-	t.Parallel()
 	bin := redistest.Lockscope(t)
 	sn := redistest.StartSentinel(t)
 	ctx := testCtx(t, 2*time.Minute)
