@@ -25,9 +25,10 @@ MODULES := event internal/testkit lock extra/redsyncscope extra/redislockscope e
 # The checks run one after another; then the tests of the root module, those
 # of the other modules and the fuzz targets run side by side (tests, make
 # -j3), each one's output held until it is done (--output-sync). The root
-# module's tests are the long pole (test/reliability alone some 460 s under
-# -race); run one after another, the three took about 14 minutes of a
-# quiet 2-core machine with a warm build cache, side by side about 9.
+# module's tests are the long pole (test/reliability some 460-590 s under
+# -race). On a quiet 2-core machine .ci/run took 18.5-20 minutes with the
+# three one after another and test/reliability last, 12-13.6 side by side
+# (docs/development.md, "Where the suite's time goes").
 test: deps check-generated tidy vet staticcheck
 	@$(MAKE) --no-print-directory -j3 --output-sync=target tests
 	@$(MAKE) --no-print-directory compose
